@@ -1,0 +1,32 @@
+"""The verl plugin entry point: verl imports this module in every process of a run.
+
+verl (0.9+) loads the ``verl.plugins`` entry points while ``import verl`` runs, in the
+launching process, the TaskRunner actor and every worker actor alike. With
+``VERL_SPLIT`` and ``VERL_SPLIT_CPU`` unset this module reads the environment and
+returns: standard library only, nothing patched, nothing else imported.
+"""
+
+from __future__ import annotations
+
+from verl_split import settings
+from verl_split.errors import ActivationFailed, VerlSplitError
+
+
+def activate_from_environment() -> bool:
+    """Switch on what the environment asks for; True if anything was switched on."""
+    try:
+        wanted = settings.read()
+    except VerlSplitError as exc:
+        raise ActivationFailed(str(exc)) from exc
+    if not wanted.any_active:
+        return False
+    from verl_split import activation  # imports wrapt: only in runs that asked for us
+
+    try:
+        activation.activate(split=wanted.enabled, cpu=wanted.cpu)
+    except VerlSplitError as exc:
+        raise ActivationFailed(str(exc)) from exc
+    return True
+
+
+activate_from_environment()

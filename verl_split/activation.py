@@ -1,0 +1,119 @@
+"""Switch verl-split's patches on and off in this process.
+
+Each patch is a *seam*: a module in ``verl_split.seams`` with ``patch(module)`` and
+``unpatch(module)`` for one verl module (its target). Seams are registered here by
+name, as wrapt post-import hooks, so a seam's code loads only once its target is
+imported, and import order does not matter (patch before or after ``import verl``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+
+import wrapt
+
+from verl_split import compat
+from verl_split.errors import ActivationFailed, VerlSplitError
+
+logger = logging.getLogger("verl_split")
+
+
+@dataclass(frozen=True)
+class Seam:
+    name: str
+    target: str  # the verl module whose import triggers the patch
+    module: str  # the verl_split module holding patch() / unpatch()
+    feature: str  # "split" (VERL_SPLIT) or "cpu" (VERL_SPLIT_CPU)
+    families: tuple[str, ...]
+
+
+#: Every seam verl-split patches, per feature and verl release family.
+SEAMS: tuple[Seam, ...] = (
+    Seam("runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "split", ("0.9",)),
+)
+
+
+@dataclass
+class _State:
+    active_features: frozenset[str] = frozenset()
+    family: str | None = None
+
+
+_state = _State()
+_registered: set[str] = set()  # seam names with a wrapt hook; wrapt cannot unregister hooks
+_applied: dict[str, Seam] = {}
+
+
+def seams_for(features: frozenset[str], family: str) -> list[Seam]:
+    return [s for s in SEAMS if s.feature in features and family in s.families]
+
+
+def activate(split: bool = True, cpu: bool = False) -> list[str]:
+    """Register the seams for the installed verl; return their names. Idempotent."""
+    features = frozenset(f for f, on in (("split", split), ("cpu", cpu)) if on)
+    family = compat.check_supported()
+    _state.family = family
+    _state.active_features = _state.active_features | features
+    selected = seams_for(_state.active_features, family)
+    for seam in selected:
+        if seam.name in _registered:
+            # A hook stays registered after deactivate(); re-apply now if its target is loaded.
+            if seam.target in sys.modules:
+                _apply(seam, sys.modules[seam.target])
+            continue
+        _registered.add(seam.name)
+        wrapt.register_post_import_hook(functools.partial(_apply, seam), seam.target)
+    logger.debug("verl-split active for verl %s: %s", family, ", ".join(sorted(_state.active_features)))
+    return [s.name for s in selected]
+
+
+def deactivate() -> None:
+    """Undo every applied patch; hooks that fire later do nothing until activate() again."""
+    _state.active_features = frozenset()
+    for name in reversed(list(_applied)):
+        seam = _applied.pop(name)
+        target = sys.modules.get(seam.target)
+        if target is not None:
+            importlib.import_module(seam.module).unpatch(target)
+
+
+def is_active() -> bool:
+    return bool(_state.active_features)
+
+
+def active_features() -> list[str]:
+    return sorted(_state.active_features)
+
+
+def applied_patches() -> list[str]:
+    """Names of the seams patched in this process so far."""
+    return list(_applied)
+
+
+def pending_patches() -> list[str]:
+    """Seams registered for this run whose target module is not imported yet."""
+    if _state.family is None:
+        return []
+    return [s.name for s in seams_for(_state.active_features, _state.family) if s.name not in _applied]
+
+
+def _apply(seam: Seam, target: ModuleType) -> None:
+    if seam.feature not in _state.active_features or seam.name in _applied:
+        return
+    try:
+        importlib.import_module(seam.module).patch(target)
+    except VerlSplitError as exc:
+        raise ActivationFailed(str(exc)) from exc
+    except Exception as exc:
+        # Never let a hook fail quietly: wrapt would drop it and the run would go on stock.
+        raise ActivationFailed(
+            f"could not patch {seam.target} (seam {seam.name!r}) for verl {compat.installed_version()}: "
+            f"{type(exc).__name__}: {exc}. Unset VERL_SPLIT to run stock verl, and please report this."
+        ) from exc
+    _applied[seam.name] = seam
+    logger.debug("verl-split patched %s (%s)", seam.target, seam.name)

@@ -1,0 +1,89 @@
+"""Every ``VERL_SPLIT*`` environment variable, read in this one module.
+
+Standard library only: the bootstrap imports it in every process of every verl run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from verl_split.errors import SettingsError
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+#: name -> (default, one-line meaning). The README's configuration table lists these.
+VARIABLES: dict[str, tuple[str, str]] = {
+    "VERL_SPLIT": ("off", "Switch verl-split on (1/true/yes/on) in every process of the run."),
+    "VERL_SPLIT_PLACEMENT": (
+        "halves",
+        "Placement shorthand: halves, all, a ratio A:C, or ROLES:GPUS groups joined by ';'.",
+    ),
+    "VERL_SPLIT_OVERLAP": ("on", "Run the actor and critic updates of a step at the same time (off: one after the other)."),
+    "VERL_SPLIT_CPU": ("off", "CPU dry run: CPU platform, gloo and a Hugging Face rollout, no GPU needed."),
+    "VERL_SPLIT_TRACE": ("", "Write a Chrome-trace timeline of the updates per pool to this file."),
+}
+
+
+def parse_switch(name: str, raw: str | None, default: bool) -> bool:
+    """Read an on/off variable strictly: a typo must not silently mean 'off'."""
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False if value else default
+    raise SettingsError(
+        f"{name}={raw!r} is not an accepted value. Use one of {', '.join(_TRUE)} to switch it on, "
+        f"or one of {', '.join(v for v in _FALSE if v)} (or leave it unset) to switch it off."
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the environment asks of verl-split in this process."""
+
+    enabled: bool = False
+    placement: str = "halves"
+    overlap: bool = True
+    cpu: bool = False
+    trace_path: str = ""
+
+    @property
+    def any_active(self) -> bool:
+        return self.enabled or self.cpu
+
+
+def read(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate every ``VERL_SPLIT*`` variable; raise SettingsError on a bad value."""
+    env = os.environ if environ is None else environ
+    unknown = sorted(k for k in env if k.startswith("VERL_SPLIT") and k not in VARIABLES)
+    if unknown:
+        raise SettingsError(
+            f"unknown variable {', '.join(unknown)}; verl-split reads only {', '.join(VARIABLES)}."
+        )
+    return Settings(
+        enabled=parse_switch("VERL_SPLIT", env.get("VERL_SPLIT"), False),
+        placement=(env.get("VERL_SPLIT_PLACEMENT") or "halves").strip(),
+        overlap=parse_switch("VERL_SPLIT_OVERLAP", env.get("VERL_SPLIT_OVERLAP"), True),
+        cpu=parse_switch("VERL_SPLIT_CPU", env.get("VERL_SPLIT_CPU"), False),
+        trace_path=(env.get("VERL_SPLIT_TRACE") or "").strip(),
+    )
+
+
+#: Variables besides VERL_SPLIT* that a run in CPU mode needs in every Ray worker.
+CPU_MODE_VARIABLES: dict[str, str] = {"VERL_PLATFORM": "cpu"}
+
+
+def forwarded_env_vars(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variables to put into a Ray ``runtime_env``: workers on an existing cluster inherit
+    the raylet's environment, not the launching shell's."""
+    env = os.environ if environ is None else environ
+    forwarded = {k: v for k, v in env.items() if k.startswith("VERL_SPLIT")}
+    if read(env).cpu:
+        for key, default in CPU_MODE_VARIABLES.items():
+            forwarded[key] = env.get(key, default)
+    return forwarded
