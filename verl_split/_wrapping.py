@@ -17,7 +17,8 @@ _SENTINEL = "_self_verl_split"
 def is_wrapped(owner: Any, attr: str) -> bool:
     """True when ``owner.attr`` (looked up in ``owner.__dict__`` only) is a verl-split wrapper."""
     current = vars(owner).get(attr)
-    return isinstance(current, wrapt.ObjectProxy) and getattr(current, _SENTINEL, False)
+    # wrapt 2 split ObjectProxy from BaseObjectProxy: FunctionWrapper is only the latter.
+    return isinstance(current, wrapt.FunctionWrapper) and getattr(current, _SENTINEL, False) is True
 
 
 def wrap(owner: Any, attr: str, wrapper: Callable[..., Any]) -> bool:

@@ -14,7 +14,10 @@ import sys
 from verl_split import __version__
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("verl_split.doctor", "Check the installed verl and Ray, and what verl-split patches, here or in a Ray worker."),
+    "doctor": (
+        "verl_split.doctor",
+        "Check the installed verl and Ray, and what verl-split patches, here or in a Ray worker.",
+    ),
     "plan": ("verl_split.plan_cli", "Show how a placement maps roles onto the cluster's GPUs."),
     "demo": ("verl_split.demo", "Run PPO on CPU with a tiny model, with split placement when VERL_SPLIT=1."),
 }

@@ -21,7 +21,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
         "halves",
         "Placement shorthand: halves, all, a ratio A:C, or ROLES:GPUS groups joined by ';'.",
     ),
-    "VERL_SPLIT_OVERLAP": ("on", "Run the actor and critic updates of a step at the same time (off: one after the other)."),
+    "VERL_SPLIT_OVERLAP": (
+        "on",
+        "Run the actor and critic updates of a step at the same time (off: one after the other).",
+    ),
     "VERL_SPLIT_CPU": ("off", "CPU dry run: CPU platform, gloo and a Hugging Face rollout, no GPU needed."),
     "VERL_SPLIT_TRACE": ("", "Write a Chrome-trace timeline of the updates per pool to this file."),
 }
@@ -62,9 +65,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     unknown = sorted(k for k in env if k.startswith("VERL_SPLIT") and k not in VARIABLES)
     if unknown:
-        raise SettingsError(
-            f"unknown variable {', '.join(unknown)}; verl-split reads only {', '.join(VARIABLES)}."
-        )
+        raise SettingsError(f"unknown variable {', '.join(unknown)}; verl-split reads only {', '.join(VARIABLES)}.")
     return Settings(
         enabled=parse_switch("VERL_SPLIT", env.get("VERL_SPLIT"), False),
         placement=(env.get("VERL_SPLIT_PLACEMENT") or "halves").strip(),
@@ -75,7 +76,13 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
 
 
 #: Variables besides VERL_SPLIT* that a run in CPU mode needs in every Ray worker.
-CPU_MODE_VARIABLES: dict[str, str] = {"VERL_PLATFORM": "cpu"}
+CPU_MODE_VARIABLES: dict[str, str] = {
+    "VERL_PLATFORM": "cpu",
+    # verl registers its FSDP engines for devices "cuda" and "npu" only
+    # (verl/workers/engine/fsdp/transformer_impl.py); this verl knob picks the "cuda" ones,
+    # which run on whatever device the platform names.
+    "VERL_ENGINE_DEVICE": "cuda",
+}
 
 
 def forwarded_env_vars(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,0 +1,190 @@
+"""Activation by VERL_SPLIT, the version gate and the patch machinery, each in a fresh interpreter."""
+
+from __future__ import annotations
+
+import pytest
+from pyrun import run_json, run_python
+
+# Prints a fingerprint of every function and method in the modules verl-split patches:
+# what kind of object each is, where its code lives, and its verl `register` metadata.
+FINGERPRINT = """
+import importlib, inspect, json
+from verl_split.activation import SEAMS
+
+def fingerprint():
+    from verl.single_controller.base.decorator import MAGIC_ATTR
+    out = {}
+    def describe(obj):
+        code = getattr(obj, "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code else None
+        return [type(obj).__name__, where, repr(getattr(obj, MAGIC_ATTR, None)), id(obj)]
+    for target in sorted({s.target for s in SEAMS}):
+        module = importlib.import_module(target)
+        for name, value in vars(module).items():
+            if callable(value) and getattr(value, "__module__", None) == target:
+                out[f"{target}:{name}"] = describe(value)
+                if inspect.isclass(value):
+                    for attr, member in vars(value).items():
+                        if callable(member):
+                            out[f"{target}:{name}.{attr}"] = describe(member)
+    return out
+
+def layers(obj):
+    n = 0
+    while getattr(obj, "_self_verl_split", False):
+        n, obj = n + 1, obj.__wrapped__
+    return n
+
+def without_ids(fp):
+    return {k: v[:3] for k, v in fp.items()}
+"""
+
+
+def stock_fingerprint():
+    # verl with plugin loading switched off entirely: the reference for "stock".
+    return run_json(
+        FINGERPRINT + "import verl\nprint(json.dumps(without_ids(fingerprint())))",
+        env={"VERL_USE_EXTERNAL_PLUGINS": "none"},
+    )
+
+
+@pytest.fixture(scope="module")
+def stock():
+    return stock_fingerprint()
+
+
+def test_unset_means_stock_and_nothing_heavy_imported(stock):
+    result = run_json(
+        FINGERPRINT
+        + """
+import sys, verl
+fp = without_ids(fingerprint())
+mods = sorted(m for m in sys.modules if m.startswith("verl_split"))
+print(json.dumps({"fp": fp, "modules": mods, "wrapt": "wrapt" in sys.modules}))
+"""
+    )
+    assert result["fp"] == stock
+    # FINGERPRINT itself imports verl_split.activation; everything else must be the stdlib bootstrap.
+    assert set(result["modules"]) - {"verl_split.activation", "verl_split.compat", "verl_split._wrapping"} == {
+        "verl_split",
+        "verl_split._bootstrap",
+        "verl_split.errors",
+        "verl_split.settings",
+    }
+
+
+def test_unset_imports_only_the_bootstrap():
+    result = run_json(
+        """
+import json, sys, verl, verl.trainer.main_ppo, verl.workers.engine_workers
+mods = sorted(m for m in sys.modules if m.startswith("verl_split"))
+print(json.dumps({"modules": mods, "wrapt": "wrapt" in sys.modules}))
+"""
+    )
+    assert result == {
+        "modules": ["verl_split", "verl_split._bootstrap", "verl_split.errors", "verl_split.settings"],
+        "wrapt": False,
+    }
+
+
+@pytest.mark.parametrize("value", ["0", "false", "No", "off", ""])
+def test_off_values_mean_stock(value, stock):
+    fp = run_json(FINGERPRINT + "import verl\nprint(json.dumps(without_ids(fingerprint())))", env={"VERL_SPLIT": value})
+    assert fp == stock
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", "On"])
+def test_set_patches_every_seam_when_verl_is_imported(value, stock):
+    result = run_json(
+        FINGERPRINT
+        + """
+import verl
+from verl_split import activation
+fp = without_ids(fingerprint())
+print(json.dumps({"fp": fp, "applied": activation.applied_patches(), "pending": activation.pending_patches()}))
+""",
+        env={"VERL_SPLIT": value},
+    )
+    assert result["pending"] == []
+    assert result["applied"], "no seam was applied"
+    changed = {k for k in stock if result["fp"].get(k) != stock[k]}
+    assert changed, "VERL_SPLIT=1 changed nothing"
+
+
+def test_patch_after_import_double_activation_and_unpatch(stock):
+    result = run_json(
+        FINGERPRINT
+        + """
+import verl
+before = fingerprint()
+from verl_split import activation
+activation.activate()
+activation.activate()                      # a second activation must wrap nothing twice
+import importlib, verl_split._bootstrap
+importlib.reload(verl_split._bootstrap)    # nor may a second run of the entry point
+after = fingerprint()
+changed = sorted(k for k in before if after[k] != before[k])
+import importlib as il
+def resolve(key):
+    target, dotted = key.split(":")
+    obj = il.import_module(target)
+    for part in dotted.split("."):
+        obj = vars(obj)[part]
+    return obj
+depth = {k: layers(resolve(k)) for k in changed}
+applied = activation.applied_patches()
+activation.deactivate()
+restored = without_ids(fingerprint())
+same_objects = all(fingerprint()[k][3] == before[k][3] for k in before)
+activation.activate()                      # and it can be switched on again
+again = sorted(k for k, v in fingerprint().items() if v != before[k])
+print(json.dumps({"changed": changed, "depth": depth, "applied": applied, "restored": restored,
+                  "same_objects": same_objects, "again": again}))
+""",
+        env={"VERL_SPLIT": "0"},
+    )
+    assert result["changed"], "activation after import patched nothing"
+    assert set(result["depth"].values()) == {1}, result["depth"]
+    assert result["restored"] == stock
+    assert result["same_objects"], "unpatch must restore the very objects verl had"
+    assert result["again"] == result["changed"]
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "enable"])
+def test_bad_value_is_a_clear_error(value):
+    proc = run_python("import verl", env={"VERL_SPLIT": value})
+    assert proc.returncode != 0
+    assert f"VERL_SPLIT={value!r} is not an accepted value" in proc.stderr
+    assert "1, true, yes, on" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_variable_is_a_clear_error():
+    proc = run_python("import verl", env={"VERL_SPLIT": "1", "VERL_SPLIT_OVERLAPP": "0"})
+    assert proc.returncode != 0
+    assert "unknown variable VERL_SPLIT_OVERLAPP" in proc.stderr
+
+
+@pytest.fixture
+def fake_old_verl(tmp_path):
+    """Distribution metadata claiming verl 0.5.0, found before the real one on sys.path.
+
+    Only the *metadata* is faked; the real verl 0.9.1 code still imports, which is exactly
+    the case the gate must catch: it reads the installed distribution's version.
+    """
+    dist = tmp_path / "verl-0.5.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.5.0\n")
+    return str(tmp_path)
+
+
+def test_unsupported_verl_stops_with_versions_named(fake_old_verl):
+    proc = run_python("import verl", env={"VERL_SPLIT": "1", "PYTHONPATH": fake_old_verl})
+    assert proc.returncode != 0
+    assert "verl 0.5.0 is installed, but verl-split supports verl 0.9.x" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unsupported_verl_without_verl_split_runs_stock(fake_old_verl):
+    proc = run_python("import verl; print('ok')", env={"PYTHONPATH": fake_old_verl})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok"

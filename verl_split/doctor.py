@@ -1,0 +1,137 @@
+"""``verl-split doctor``: what is installed, whether it is supported, and what is patched.
+
+With ``--ray`` the same report is made inside a Ray worker process, which is where the
+training actually runs: a plugin that is on in the shell but off in the workers is the
+failure this command exists to catch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import Any
+
+from verl_split import __version__, compat, settings
+from verl_split.errors import ActivationFailed, VerlSplitError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--ray", action="store_true", help="also report from inside a Ray worker process")
+
+
+def collect_report() -> dict[str, Any]:
+    """Import verl as a run would (which activates the plugin if asked) and describe this process."""
+    report: dict[str, Any] = {
+        "pid": os.getpid(),
+        "verl_split_version": __version__,
+        "verl_version": compat.installed_version("verl"),
+        "ray_version": compat.installed_version("ray"),
+        "supported_verl": compat.supported_range_text(),
+        "supported": False,
+        "active": False,
+        "features": [],
+        "patches": [],
+        "pending_patches": [],
+        "problems": [],
+    }
+    try:
+        compat.check_supported()
+        report["supported"] = True
+    except VerlSplitError as exc:
+        report["problems"].append(str(exc))
+    try:
+        wanted = settings.read()
+        report["settings"] = {k: getattr(wanted, k) for k in ("enabled", "placement", "overlap", "cpu", "trace_path")}
+    except VerlSplitError as exc:
+        report["problems"].append(str(exc))
+        return report
+    if report["verl_version"] is None:
+        return report
+    try:
+        import verl  # noqa: F401  (verl loads our entry point, which activates us if asked)
+
+        from verl_split import activation
+
+        # Import every patched module now, as a training run would, so that a seam that
+        # cannot be applied to this verl shows up here instead of in the middle of a run.
+        for seam in activation.SEAMS:
+            if seam.name in activation.pending_patches():
+                importlib.import_module(seam.target)
+        report["active"] = activation.is_active()
+        report["features"] = activation.active_features()
+        report["patches"] = activation.applied_patches()
+        report["pending_patches"] = activation.pending_patches()
+    except ActivationFailed as exc:
+        report["problems"].append(str(exc.code))
+    if wanted.any_active and not report["active"] and not report["problems"]:
+        report["problems"].append(
+            "VERL_SPLIT is set but verl did not load verl-split's entry point: check that verl-split is "
+            "installed in this environment and that VERL_USE_EXTERNAL_PLUGINS does not exclude it."
+        )
+    return report
+
+
+def _report_in_ray_worker() -> dict[str, Any]:
+    import ray
+
+    # Forward VERL_SPLIT* exactly as the plugin does for verl's own runs.
+    runtime_env = {"env_vars": settings.forwarded_env_vars()}
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(num_cpus=1, runtime_env=runtime_env, include_dashboard=False, log_to_driver=False)
+    try:
+        remote_report = ray.remote(num_cpus=0)(collect_report)
+        return ray.get(remote_report.remote())
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _print_text(report: dict[str, Any], where: str) -> None:
+    yes_no = {True: "yes", False: "no"}
+    print(f"[{where}, pid {report['pid']}]")
+    print(f"  verl-split        {report['verl_split_version']}")
+    print(f"  verl              {report['verl_version'] or 'not installed'}  (supported: {report['supported_verl']})")
+    print(f"  ray               {report['ray_version'] or 'not installed'}")
+    print(f"  supported         {yes_no[report['supported']]}")
+    features = ", ".join(report["features"])
+    print(f"  active            {yes_no[report['active']]}" + (f" ({features})" if features else ""))
+    print(f"  patches applied   {', '.join(report['patches']) or '-'}")
+    if report["pending_patches"]:
+        print(f"  patches pending   {', '.join(report['pending_patches'])}")
+    for problem in report["problems"]:
+        print(f"  problem           {problem}")
+
+
+def run(args: argparse.Namespace) -> int:
+    report = collect_report()
+    if args.ray:
+        try:
+            report["ray_worker"] = _report_in_ray_worker()
+        except Exception as exc:  # a broken Ray set-up is exactly what doctor reports
+            report["problems"].append(f"could not run a Ray worker: {type(exc).__name__}: {exc}")
+        else:
+            worker = report["ray_worker"]
+            report["problems"] += [f"in the Ray worker: {p}" for p in worker["problems"]]
+            if worker["active"] != report["active"]:
+                report["problems"].append(
+                    f"verl-split is {'on' if report['active'] else 'off'} here but "
+                    f"{'on' if worker['active'] else 'off'} in the Ray worker."
+                )
+    healthy = not report["problems"]
+    report["healthy"] = healthy
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        _print_text(report, "this process")
+        if "ray_worker" in report:
+            _print_text(report["ray_worker"], "Ray worker")
+        print(
+            "healthy" if healthy else "NOT healthy: " + "; ".join(report["problems"]),
+            file=sys.stderr if not healthy else sys.stdout,
+        )
+    return 0 if healthy else 1
