@@ -6,7 +6,8 @@ that makes a second activation a no-op and the ``__wrapped__`` restore live in o
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import wrapt
 

@@ -36,9 +36,10 @@ def check_supported() -> str:
     """Return the supported family of the installed verl, or raise UnsupportedVerlError."""
     version = installed_version()
     if version is None:
+        newest = SUPPORTED_FAMILIES[-1]
         raise UnsupportedVerlError(
             "verl is not installed in this environment. Install a supported release "
-            f"({supported_range_text()}), e.g. `pip install 'verl>={SUPPORTED_FAMILIES[-1]},<{_next(SUPPORTED_FAMILIES[-1])}'`."
+            f"({supported_range_text()}), e.g. `pip install 'verl>={newest},<{_next(newest)}'`."
         )
     family = family_of(version)
     if family not in SUPPORTED_FAMILIES:
