@@ -1,0 +1,256 @@
+"""A CPU rollout for verl: Hugging Face ``generate`` behind verl's rollout interfaces.
+
+This is a stand-in for vLLM/SGLang, for dry runs and tests on machines without a GPU:
+slow, one request at a time, no KV-cache management. It plugs into verl's two rollout
+registries, as the vLLM and SGLang backends do:
+
+- trainer side, ``RolloutReplicaRegistry`` (``verl/workers/rollout/replica.py``):
+  :class:`CPURolloutReplica` launches one :class:`CPUGenerationServer` Ray actor per
+  replica; verl's agent loop calls its ``generate`` with token ids and gets token ids
+  and their log-probs back.
+- worker side, ``_ROLLOUT_REGISTRY`` (``verl/workers/rollout/base.py``):
+  :class:`CPURolloutAdapter` lives in the hybrid actor worker and, on every weight sync,
+  receives the actor's full weights from verl and pushes them into its replica's
+  server, so the rollout policy follows training step by step.
+
+Select it with ``actor_rollout_ref.rollout.name=cpu_hf``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import ray
+import torch
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+logger = logging.getLogger("verl_split.cpu.rollout")
+
+#: The ``actor_rollout_ref.rollout.name`` that selects this rollout.
+ROLLOUT_NAME = "cpu_hf"
+#: Import path of the worker-side class, for verl's ``_ROLLOUT_REGISTRY``.
+ADAPTER_FQN = "verl_split.cpu.rollout.CPURolloutAdapter"
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def server_name(replica_rank: int) -> str:
+    """The Ray actor name of a replica's server; the worker-side adapter finds it by this."""
+    return f"verl_split_cpu_rollout_server_{replica_rank}"
+
+
+def _rollout_world_size(config: Any) -> int:
+    return config.tensor_model_parallel_size * config.data_parallel_size * config.pipeline_model_parallel_size
+
+
+class CPUGenerationServer:
+    """One replica's generation server: a Hugging Face causal LM on the CPU.
+
+    verl calls ``generate`` concurrently (Ray async actor); requests run one at a time
+    in a worker thread. Log-probs are those of the sampled tokens under the
+    temperature-scaled logits, i.e. what vLLM reports with
+    ``logprobs_mode=processed_logprobs`` and what the actor recomputes as
+    ``old_log_probs``, so verl's ``training/rollout_probs_diff_*`` metrics compare like
+    with like.
+    """
+
+    def __init__(self, config: Any, model_config: Any, replica_rank: int = 0) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.config = config
+        self.replica_rank = replica_rank
+        path = getattr(model_config, "local_path", None) or model_config.path
+        attn = (getattr(model_config, "override_config", None) or {}).get("attn_implementation", "sdpa")
+        self.dtype = _DTYPES.get(str(config.dtype), torch.float32)
+        self.model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=self.dtype, attn_implementation=attn)
+        self.model.eval()
+        self.eos_token_id = self.model.generation_config.eos_token_id
+        self.pad_token_id = self.model.generation_config.pad_token_id
+        self._lock = threading.Lock()  # one generate() or weight load at a time
+        self.global_steps: int | None = None
+        self.weight_syncs = 0
+
+    # -- generation -------------------------------------------------------------------
+
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
+        token_ids, log_probs, stop_reason = await asyncio.to_thread(self._generate, list(prompt_ids), sampling_params)
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs,
+            stop_reason=stop_reason,
+            num_preempted=0,
+            extra_fields={"global_steps": self.global_steps},
+        )
+
+    def _max_new_tokens(self, prompt_len: int, sampling_params: dict[str, Any]) -> int:
+        limit = int(self.config.response_length)
+        for key in ("max_tokens", "max_new_tokens"):
+            if sampling_params.get(key) is not None:
+                limit = min(limit, int(sampling_params[key]))
+        max_model_len = getattr(self.config, "max_model_len", None)
+        if max_model_len:
+            limit = min(limit, int(max_model_len) - prompt_len)
+        return max(limit, 0)
+
+    def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> tuple[list[int], list[float], str]:
+        max_new_tokens = self._max_new_tokens(len(prompt_ids), sampling_params)
+        if max_new_tokens == 0:
+            return [], [], "length"
+        temperature = float(sampling_params.get("temperature", 1.0))
+        greedy = temperature <= 0 or not sampling_params.get("do_sample", True)
+        top_k = int(sampling_params.get("top_k", -1))
+        options: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": not greedy,
+            "eos_token_id": self.eos_token_id,
+            "pad_token_id": self.pad_token_id,
+            "return_dict_in_generate": True,
+            "output_logits": True,  # raw logits: the log-probs are computed below, like the actor does
+        }
+        if not greedy:
+            options.update(
+                temperature=temperature,
+                top_p=float(sampling_params.get("top_p", 1.0)),
+                top_k=top_k if top_k > 0 else None,
+            )
+        else:
+            options.update(temperature=None, top_p=None, top_k=None)
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long)
+        with self._lock, torch.no_grad():
+            out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **options)
+        tokens = out.sequences[0, len(prompt_ids) :].tolist()
+        scale = 1.0 if greedy else temperature
+        log_probs = [
+            torch.log_softmax(logits[0].float() / scale, dim=-1)[token].item()
+            for logits, token in zip(out.logits, tokens, strict=False)
+        ]
+        stop_reason = "completed" if tokens and tokens[-1] == self.eos_token_id else "length"
+        return tokens, log_probs, stop_reason
+
+    # -- weights ----------------------------------------------------------------------
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
+        """Load the actor's weights; return how many tensors were loaded."""
+        return await asyncio.to_thread(self._load, state_dict, global_steps)
+
+    def _load(self, state_dict: dict[str, torch.Tensor], global_steps: int | None) -> int:
+        own = self.model.state_dict()
+        unknown = sorted(set(state_dict) - set(own))
+        if unknown:
+            raise KeyError(f"weights from the actor that the rollout model does not have: {unknown[:5]}")
+        with self._lock, torch.no_grad():
+            for name, tensor in state_dict.items():
+                own[name].copy_(tensor.to(own[name].dtype))
+        self.global_steps = global_steps
+        self.weight_syncs += 1
+        logger.info("replica %d loaded %d tensors (step %s)", self.replica_rank, len(state_dict), global_steps)
+        return len(state_dict)
+
+    def weight_info(self) -> dict[str, Any]:
+        """How many weight syncs this server has received, and the last step's number."""
+        return {"weight_syncs": self.weight_syncs, "global_steps": self.global_steps}
+
+    # -- lifecycle hooks verl calls on every server; nothing to free on the CPU ---------
+
+    async def wake_up(self) -> None:
+        pass
+
+    async def sleep(self) -> None:
+        pass
+
+    async def abort_all_requests(self, reject_request: bool = False) -> None:
+        pass
+
+    async def resume_generation(self) -> None:
+        pass
+
+    async def clear_kv_cache(self) -> None:
+        pass
+
+    async def release_kv_cache(self) -> None:
+        pass
+
+    async def resume_kv_cache(self) -> None:
+        pass
+
+    async def start_profile(self, **kwargs: Any) -> None:
+        pass
+
+    async def stop_profile(self) -> None:
+        pass
+
+
+class CPURolloutReplica(RolloutReplica):
+    """Trainer-side replica: one :class:`CPUGenerationServer` actor, no GPU of its own.
+
+    In verl's hybrid mode the replica's logical GPU belongs to the actor worker that
+    also trains; the server only holds a CPU copy of the weights the worker sends it.
+    """
+
+    async def launch_servers(self) -> None:
+        server_cls = ray.remote(CPUGenerationServer)
+        server = server_cls.options(
+            name=server_name(self.replica_rank) + self.name_suffix,
+            num_cpus=0,  # the logical CPUs belong to the training workers; this one idles between steps
+            max_concurrency=self.max_concurrency,
+        ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        await server.weight_info.remote()  # fail here, not at the first request, if it cannot start
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"cpu-rollout-{self.replica_rank}{self.name_suffix}"
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+
+class CPURolloutAdapter(BaseRollout):
+    """Worker-side rollout inside verl's hybrid actor worker.
+
+    verl hands it the actor's full weights on every sync (``update_weights`` with
+    ``checkpoint_engine.backend=naive``); every rank must drain the generator (it
+    gathers FSDP shards collectively), and the first rank of each replica sends the
+    tensors to its replica's server.
+    """
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, model_config, device_mesh, *args, **kwargs)
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        size = _rollout_world_size(self.config)
+        self.replica_rank = rank // size
+        self.is_leader = rank % size == 0
+        self._server: Any = None
+
+    async def resume(self, tags: list[str]) -> None:
+        pass
+
+    async def release(self) -> None:
+        pass
+
+    async def update_weights(
+        self, weights: Iterable[tuple[str, torch.Tensor]], wire_format: str = "named_tensors", **kwargs: Any
+    ) -> None:
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"the CPU rollout takes full named tensors, not {wire_format!r}")
+        if kwargs.get("peft_config") is not None:
+            raise NotImplementedError("the CPU rollout does not take LoRA adapters; set model.lora.merge=true")
+        # Copy: the tensors may alias the training parameters, which the next update changes.
+        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        if not self.is_leader:
+            return
+        if self._server is None:
+            self._server = ray.get_actor(server_name(self.replica_rank))
+        await self._server.update_weights.remote(state, global_steps=kwargs.get("global_steps"))

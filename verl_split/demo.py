@@ -1,0 +1,184 @@
+"""``verl-split demo``: stock verl PPO on CPU with a tiny model, a few steps.
+
+It makes the tiny assets (cached), then runs ``python -m verl.trainer.main_ppo`` in a
+subprocess with ``VERL_SPLIT_CPU=1``: verl's own entry point, trainer, FSDP2 workers
+(over gloo), reward loop and metrics, with verl-split's CPU platform and CPU rollout.
+``VERL_SPLIT`` and the other ``VERL_SPLIT_*`` variables pass through from the caller,
+so ``VERL_SPLIT=1 verl-split demo`` runs the same job with split placement.
+Per-step metrics go to the console and, through verl's ``file`` logger, to
+``OUT/metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from verl_split.assets import TinyAssets, make_tiny_assets
+
+DEFAULT_STEPS = 3
+DEFAULT_OUT = "verl_split_demo"
+METRICS_FILE = "metrics.jsonl"
+
+#: Logical GPUs and CPUs Ray announces. verl's pools and checks count GPUs, and each
+#: worker actor asks for one logical CPU; well above the physical cores is fine, the
+#: workers mostly wait on each other.
+RAY_NUM_GPUS = 8
+RAY_NUM_CPUS = 32
+#: Short: Ray's socket paths under it must stay within the 107-byte Unix limit.
+RAY_TEMP_DIR = "/tmp/ray_verl_split"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)")
+    parser.add_argument("--algo", choices=("gae", "grpo"), default="gae", help="advantage estimator")
+    parser.add_argument("--trainer", choices=("v1", "v0"), default="v1", help="verl trainer (trainer.use_v1)")
+    parser.add_argument("--gpus", type=int, default=1, help="logical GPUs per node for the run (default 1)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="output folder (default ./%(default)s)")
+    parser.add_argument("--assets", default=None, help="cache folder for the tiny assets (default OUT/assets)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
+
+
+def dry_run_overrides(
+    assets: TinyAssets,
+    steps: int = DEFAULT_STEPS,
+    algo: str = "gae",
+    trainer: str = "v1",
+    out_dir: str | os.PathLike[str] = DEFAULT_OUT,
+    n_gpus_per_node: int = 1,
+) -> list[str]:
+    """The Hydra overrides of the CPU dry run; the demo, the tests and later issues share them."""
+    if algo not in ("gae", "grpo"):
+        raise ValueError(f"algo must be 'gae' or 'grpo', not {algo!r}")
+    if trainer not in ("v1", "v0"):
+        raise ValueError(f"trainer must be 'v1' or 'v0', not {trainer!r}")
+    out = Path(out_dir).resolve()
+    grpo = algo == "grpo"
+    n = 4 if grpo else 1  # GRPO needs a group of answers per prompt
+    prompts = 2 * n_gpus_per_node if grpo else 4 * n_gpus_per_node  # data.train_batch_size
+    samples = prompts * n
+    micro = max(samples // n_gpus_per_node, 1)
+    model = str(assets.model)
+    fp32 = ["param_dtype=fp32", "reduce_dtype=fp32", "buffer_dtype=fp32"]
+    overrides = [
+        f"algorithm.adv_estimator={algo}",
+        # data: the tiny arithmetic set; prompts are ~20 tokens, answers at most 8.
+        f"data.train_files={assets.train_file}",
+        f"data.val_files={assets.val_file}",
+        f"data.train_batch_size={prompts}",
+        "data.max_prompt_length=32",
+        "data.max_response_length=8",
+        "data.dataloader_num_workers=0",
+        "data.seed=0",
+        # model: sdpa attention (no flash-attention on CPU), padded batches, no checkpointing.
+        f"actor_rollout_ref.model.path={model}",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        # actor: FSDP2 (FSDP1 syncs module states on a GPU), fp32 end to end, no torch.compile.
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2",
+        *(f"+actor_rollout_ref.actor.fsdp_config.mixed_precision.{kv}" for kv in fp32),
+        "actor_rollout_ref.actor.use_torch_compile=false",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        "actor_rollout_ref.actor.optim.lr=1e-3",  # large enough that every step visibly moves the policy
+        f"actor_rollout_ref.actor.use_kl_loss={str(grpo).lower()}",
+        "actor_rollout_ref.actor.kl_loss_coef=0.01",
+        # reference policy (used by GRPO's KL loss): same engine settings.
+        "actor_rollout_ref.ref.fsdp_config.strategy=fsdp2",
+        *(f"+actor_rollout_ref.ref.fsdp_config.mixed_precision.{kv}" for kv in fp32),
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
+        # rollout: verl-split's CPU stand-in for vLLM, one process per replica, fp32.
+        "actor_rollout_ref.rollout.name=cpu_hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.rollout.n={n}",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.max_model_len=64",
+        # reward: the rule-based function from the assets, one reward worker.
+        f"reward.custom_reward_function.path={assets.reward_file}",
+        f"reward.custom_reward_function.name={assets.reward_name}",
+        "reward.num_workers=1",
+        # trainer: N steps, no validation or checkpoints, metrics to console and a JSON-lines file.
+        f"trainer.use_v1={str(trainer == 'v1').lower()}",
+        "trainer.device=cpu",
+        "trainer.nnodes=1",
+        f"trainer.n_gpus_per_node={n_gpus_per_node}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.total_epochs=1",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=verl_split_demo",
+        f"trainer.experiment_name={algo}_{trainer}",
+        f"trainer.default_local_dir={out / 'checkpoints'}",
+        # Ray: always a fresh local cluster (never one another `ray start` left running,
+        # which ray.init() would join), in its own temp folder so that it is not
+        # advertised to other processes' ray.init() either; logical GPUs, see RAY_NUM_GPUS.
+        "+ray_kwargs.ray_init.address=local",
+        f"+ray_kwargs.ray_init._temp_dir={RAY_TEMP_DIR}",
+        f"+ray_kwargs.ray_init.num_gpus={max(RAY_NUM_GPUS, n_gpus_per_node)}",
+        f"ray_kwargs.ray_init.num_cpus={RAY_NUM_CPUS}",
+    ]
+    if not grpo:
+        overrides += [
+            f"critic.model.path={model}",
+            "+critic.model.override_config.attn_implementation=sdpa",
+            "critic.model.use_remove_padding=false",
+            "critic.model.enable_gradient_checkpointing=false",
+            "critic.strategy=fsdp2",
+            "critic.fsdp.strategy=fsdp2",
+            *(f"+critic.fsdp.mixed_precision.{kv}" for kv in fp32),
+            "critic.fsdp.use_torch_compile=false",
+            f"critic.ppo_micro_batch_size_per_gpu={micro}",
+            "critic.optim.lr=1e-3",
+        ]
+    return overrides
+
+
+def run_environment(out_dir: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment main_ppo runs in: the caller's, plus CPU mode and the metrics file.
+
+    ``VERL_SPLIT`` and the other ``VERL_SPLIT_*`` variables pass through untouched.
+    Ray's local cluster inherits this environment, so the TaskRunner (where verl's
+    ``file`` logger opens ``VERL_FILE_LOGGER_PATH``) and every worker see it.
+    """
+    env = dict(os.environ if environ is None else environ)
+    env["VERL_SPLIT_CPU"] = "1"
+    env["VERL_FILE_LOGGER_PATH"] = str(Path(out_dir).resolve() / METRICS_FILE)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("OMP_NUM_THREADS", "1")  # several worker processes share a few cores
+    env.setdefault("RAY_DEDUP_LOGS", "1")
+    env.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never wait on a hub
+    return env
+
+
+def main_ppo_command(overrides: list[str]) -> list[str]:
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    assets = make_tiny_assets(args.assets or out / "assets")
+    overrides = dry_run_overrides(assets, args.steps, args.algo, args.trainer, out, args.gpus) + list(args.overrides)
+    metrics = out / METRICS_FILE
+    if metrics.exists():
+        metrics.unlink()
+    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {args.trainer}; metrics -> {metrics}", flush=True)
+    completed = subprocess.run(main_ppo_command(overrides), env=run_environment(out), cwd=out)
+    if completed.returncode == 0:
+        print(f"verl-split demo: done; per-step metrics in {metrics}")
+    else:
+        print(f"verl-split demo: verl exited with status {completed.returncode}", file=sys.stderr)
+    return completed.returncode
