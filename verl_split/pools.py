@@ -1,0 +1,250 @@
+"""Build verl's resource pools from a plan, pinned to the planned nodes, after a per-node fit check.
+
+verl's ``resource_pool_spec`` is a GPU count per node and nothing more: ``RayResourcePool``
+(``verl/single_controller/ray/base.py``) asks for one STRICT_PACK placement group per count and
+lets Ray choose the node. So "4+4 per node" and "8 on node 0, 8 on node 1" can come out the same,
+and a count larger than any node's GPUs leaves its placement group pending forever, because
+``ResourcePoolManager._check_resource_available`` compares only the cluster's total (verl issues
+1182 and 2596).
+
+Here each planned pool gets a :class:`PinnedRayResourcePool` whose placement groups carry a bundle
+label selector on ``ray.io/node-id`` (Ray >= 2.4x labels every node with its id; a hard constraint,
+unlike ``_soft_target_node_id``), and :class:`SplitResourcePoolManager` checks every per-node
+request against the real nodes' free GPUs before any placement group is created.
+
+Plan node ``k`` is the ``k``-th alive node with GPUs, ordered by (IP address, node id): the order
+verl itself sorts placement groups in (``sort_placement_group_by_node_ip``), so ranks stay stable
+across restarts of the same cluster.
+
+Imports Ray and verl: load it only inside a run (the seams do), never from ``placement``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group
+from verl.single_controller.ray.base import RayResourcePool, ResourcePoolManager
+
+from verl_split.errors import PlacementError
+from verl_split.placement import Plan
+
+logger = logging.getLogger("verl_split")
+
+#: Ray's built-in node label (``ray.util.placement_group.NODE_ID_LABEL_KEY`` in Ray 2.60).
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+def announce(message: str) -> None:
+    """Log at INFO on the ``verl_split`` logger when that reaches a handler, else print.
+
+    Inside verl's TaskRunner actor logging is often left at WARNING; Ray forwards the actor's
+    stdout to the driver's console, so a print is what shows up there. Exactly one of the two.
+    """
+    if logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
+        logger.info(message)
+    else:
+        print(f"[verl_split] {message}", flush=True)
+
+
+def announce_plan(plan: Plan) -> None:
+    """Say which placement the run uses and what it asks verl for."""
+    announce(
+        f"split placement {plan.placement!r} ({plan.source}): resource_pool_spec {plan.resource_pool_spec}, "
+        f"mapping {plan.mapping}"
+    )
+    for note in plan.notes:
+        announce(note)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    address: str
+    total: float
+    available: float
+
+
+def device_resource() -> str:
+    """The Ray resource verl asks for per worker (``GPU`` on CUDA), as ``RayResourcePool`` does."""
+    try:
+        from verl.plugin.platform import get_platform
+
+        return get_platform().ray_resource_name()
+    except Exception:  # an unknown platform: verl would fail on its own, with its own message
+        return "GPU"
+
+
+def cluster_nodes(resource: str | None = None) -> list[NodeInfo]:
+    """Alive Ray nodes with the device resource, in plan order (IP, then node id)."""
+    resource = resource or device_resource()
+    available = ray._private.state.available_resources_per_node()
+    nodes = []
+    for node in ray.nodes():
+        total = float(node.get("Resources", {}).get(resource, 0))
+        if not node.get("Alive") or total <= 0:
+            continue
+        free = float(available.get(node["NodeID"], {}).get(resource, 0))
+        nodes.append(NodeInfo(node["NodeID"], node.get("NodeManagerAddress", ""), total, free))
+    return sorted(nodes, key=lambda n: (n.address, n.node_id))
+
+
+def check_fit(
+    plan: Plan | None, spec: dict[str, list[int]], nodes: list[NodeInfo], resource: str = "GPU"
+) -> dict[int, NodeInfo]:
+    """Check every per-node request fits a real node; return plan node index -> Ray node."""
+    if not nodes:
+        raise PlacementError(
+            f"the Ray cluster has no alive node with {resource} resources, so no pool can be placed. "
+            f"Start Ray with {resource}s (ray start --num-gpus=N) or check `ray status`."
+        )
+    assigned: dict[int, NodeInfo] = {}
+    planned: set[str] = set()
+    if plan is not None:
+        planned = {pool.name for pool in plan.pools}
+        needed = plan.cluster.nnodes
+        if len(nodes) < needed:
+            raise PlacementError(
+                f"the plan needs {needed} nodes with {resource}s but the Ray cluster has {len(nodes)} "
+                f"({', '.join(f'{n.address} {n.node_id[:8]}: {n.total:g}' for n in nodes)}). "
+                f"Set trainer.nnodes={len(nodes)}, or add nodes to the cluster."
+            )
+        for index in range(needed):
+            node = nodes[index]
+            parts = {p.name: p.per_node[index] for p in plan.pools if index in p.per_node}
+            demand = sum(parts.values())
+            if demand > node.available:
+                detail = ", ".join(f"{name} {count}" for name, count in parts.items())
+                raise PlacementError(
+                    f"plan node {index} is Ray node {node.address} {node.node_id[:8]} with {node.available:g} of "
+                    f"{node.total:g} {resource}s free, but the plan puts {demand} there ({detail}). verl would wait "
+                    f"forever for that placement group (verl issues 1182, 2596). Set trainer.n_gpus_per_node="
+                    f"{int(node.total)} or fewer, or free the node's {resource}s."
+                )
+            assigned[index] = node
+    largest = max(n.available for n in nodes)
+    for name, counts in spec.items():
+        if name in planned:
+            continue
+        for count in counts:
+            if count > largest:
+                raise PlacementError(
+                    f"resource pool {name} asks for {count} {resource}s on one node, but no Ray node has more "
+                    f"than {largest:g} free. verl would wait forever for that placement group (verl issues 1182, "
+                    f"2596). Lower that pool's n_gpus_per_node to at most {int(largest)}."
+                )
+    return assigned
+
+
+class PinnedRayResourcePool(RayResourcePool):
+    """A ``RayResourcePool`` whose placement group ``i`` is pinned to ``node_ids[i]``."""
+
+    def __init__(self, *args: Any, node_ids: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if len(node_ids) != len(self._store):
+            raise ValueError(f"{len(self._store)} per-node counts but {len(node_ids)} node ids")
+        self.node_ids = list(node_ids)
+
+    def _bundle(self) -> dict[str, float]:
+        # Same bundle shape as RayResourcePool.get_placement_groups (verl/single_controller/ray/base.py):
+        # worker groups index into these bundles and colocated classes share them.
+        bundle: dict[str, float] = {"CPU": self.max_colocate_count}
+        if self.use_gpu:
+            bundle[device_resource()] = 1
+            if self.accelerator_type is not None:
+                bundle[self.accelerator_type] = 1e-4
+        return bundle
+
+    def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None, device_name: str = "cuda"):
+        if self.pgs is None:
+            prefix = name or f"{self.name_prefix}verl_split_{'_'.join(str(c) for c in self._store)}:"
+            lifetime = "detached" if self.detached else None
+            pgs: list[PlacementGroup] = []
+            for index, (count, node_id) in enumerate(zip(self._store, self.node_ids, strict=True)):
+                pgs.append(
+                    placement_group(
+                        bundles=[self._bundle() for _ in range(count)],
+                        strategy=strategy,
+                        name=f"{prefix}{index}",
+                        lifetime=lifetime,
+                        bundle_label_selector=[{NODE_ID_LABEL: node_id}] * count,
+                    )
+                )
+            ray.get([pg.ready() for pg in pgs])
+            # Kept in plan (node) order: rank r of the worker group lands on the planned node.
+            self.pgs = pgs
+        return super().get_placement_groups(strategy=strategy, name=name, device_name=device_name)
+
+
+@dataclass
+class SplitResourcePoolManager(ResourcePoolManager):
+    """verl's ``ResourcePoolManager`` with the plan's pools pinned and a per-node fit check."""
+
+    plan: Plan | None = None
+
+    def create_resource_pool(self) -> None:
+        for name, counts in self.resource_pool_spec.items():
+            announce(f"Creating resource pool: {name} with {list(counts)} GPUs")
+        resource = device_resource()
+        assigned = check_fit(self.plan, self.resource_pool_spec, cluster_nodes(resource), resource)
+        super().create_resource_pool()
+        if self.plan is None:
+            return
+        for pool in self.plan.pools:
+            if pool.name not in self.resource_pool_dict:
+                continue
+            node_ids = [assigned[index].node_id for index in pool.nodes]
+            self.resource_pool_dict[pool.name] = PinnedRayResourcePool(
+                process_on_nodes=pool.process_on_nodes,
+                use_gpu=True,
+                max_colocate_count=self.max_colocate_count,
+                name_prefix=pool.name,
+                node_ids=node_ids,
+            )
+            logger.debug("pinned %s to nodes %s", pool.name, [n[:8] for n in node_ids])
+
+
+#: verl ``Role`` member names (``verl/trainer/ppo/utils.py``) -> the planner's role names.
+_ROLE_NAMES = {
+    "Actor": "actor",
+    "ActorRollout": "actor",
+    "ActorRolloutRef": "actor",
+    "Rollout": "rollout",
+    "RefPolicy": "ref",
+    "Critic": "critic",
+    "RewardModel": "reward",
+}
+#: The pool stock verl 0.9 puts every trainer role on; verl's other pools (reward_pool,
+#: teacher_pool) hold GPUs outside ``trainer.nnodes x trainer.n_gpus_per_node`` and stay as they are.
+STOCK_POOL = "global_pool"
+
+
+def split_pool_manager(plan: Plan, manager: ResourcePoolManager) -> SplitResourcePoolManager:
+    """Re-point verl's roles from ``global_pool`` to the plan's pools; keep verl's other pools.
+
+    ``manager.mapping`` is changed in place: the trainer (v1) and the TaskRunner (v0) hold the
+    same dict as ``self.mapping``.
+    """
+    mapping = manager.mapping
+    planned = plan.mapping
+    actor_pool = planned["actor"]
+    for role in list(mapping):
+        if mapping[role] != STOCK_POOL:
+            continue
+        name = _ROLE_NAMES.get(getattr(role, "name", str(role)))
+        target = planned.get(name) if name else None
+        if target is None:
+            # A role this run does not use (verl maps RewardModel even when it is off): park it
+            # where the plan would put it, so nothing points at a pool that no longer exists.
+            target = planned.get("critic", actor_pool) if name == "reward" else actor_pool
+        mapping[role] = target
+    spec = dict(plan.resource_pool_spec)
+    for name, counts in manager.resource_pool_spec.items():
+        if name != STOCK_POOL and name not in spec:
+            spec[name] = list(counts)
+    return SplitResourcePoolManager(
+        resource_pool_spec=spec, mapping=mapping, max_colocate_count=manager.max_colocate_count, plan=plan
+    )
