@@ -39,6 +39,16 @@ SEAMS: tuple[Seam, ...] = (
     Seam("placement_check", "verl.utils.device", "verl_split.seams.placement_check", "split", ("0.9",)),
     Seam("placement_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.placement_v1", "split", ("0.9",)),
     Seam("placement_v0", "verl.trainer.main_ppo_v0", "verl_split.seams.placement_v0", "split", ("0.9",)),
+    # CPU dry run (VERL_SPLIT_CPU): verl_split/seams/cpu_*.py, one per verl file they answer.
+    Seam("cpu_runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "cpu", ("0.9",)),
+    Seam("cpu_platform", "verl.plugin.platform.platform_manager", "verl_split.seams.cpu_platform", "cpu", ("0.9",)),
+    Seam("cpu_distributed", "verl.utils.distributed", "verl_split.seams.cpu_distributed", "cpu", ("0.9",)),
+    Seam("cpu_fsdp", "verl.workers.engine.fsdp.transformer_impl", "verl_split.seams.cpu_fsdp", "cpu", ("0.9",)),
+    Seam("cpu_valuehead", "verl.utils.model", "verl_split.seams.cpu_valuehead", "cpu", ("0.9",)),
+    Seam("cpu_rollout_worker", "verl.workers.rollout.base", "verl_split.seams.cpu_rollout_worker", "cpu", ("0.9",)),
+    Seam(
+        "cpu_rollout_replica", "verl.workers.rollout.replica", "verl_split.seams.cpu_rollout_replica", "cpu", ("0.9",)
+    ),
 )
 
 
