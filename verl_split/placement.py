@@ -91,8 +91,7 @@ class Cluster:
 
     def describe(self) -> str:
         return (
-            f"GPUs 0-{self.n_gpus - 1} on {self.nnodes} node{'s' if self.nnodes > 1 else ''} "
-            f"of {self.n_gpus_per_node}"
+            f"GPUs 0-{self.n_gpus - 1} on {self.nnodes} node{'s' if self.nnodes > 1 else ''} of {self.n_gpus_per_node}"
         )
 
 
@@ -340,9 +339,7 @@ def _parse_roles(names: list[str], group: str, source: str) -> tuple[str, ...]:
         if not role:
             raise PlacementError(f"{source}: group {group!r} has an empty role name (a stray ','). Remove it.")
         if role not in ROLES:
-            raise PlacementError(
-                f"{source}: unknown role {name!r} in group {group!r}. Roles are {', '.join(ROLES)}."
-            )
+            raise PlacementError(f"{source}: unknown role {name!r} in group {group!r}. Roles are {', '.join(ROLES)}.")
         if role in seen:
             raise PlacementError(f"{source}: role {role!r} is listed twice in group {group!r}. List it once.")
         seen.append(role)
@@ -514,9 +511,7 @@ def _lay_groups(
         laid.append((group, gpus))
 
     if "actor" not in group_of_role:
-        raise PlacementError(
-            f"{src}: no group holds the actor. Add it, e.g. 'actor,rollout,ref:0-3;critic:4-7'."
-        )
+        raise PlacementError(f"{src}: no group holds the actor. Add it, e.g. 'actor,rollout,ref:0-3;critic:4-7'.")
     actor_group = group_of_role["actor"]
     for role, what in (
         ("rollout", "actor and rollout are one worker in verl's hybrid engine (ActorRolloutRefWorker)"),
@@ -774,8 +769,7 @@ def render_plan(plan: Plan) -> str:
     letters = {pool.name: chr(ord("a") + i) for i, pool in enumerate(plan.pools)}
     width = max(len(str(cluster.n_gpus - 1)), 1)
     lines = [
-        f"placement {plan.placement!r} ({plan.source}) on {cluster.nnodes} node(s) x "
-        f"{cluster.n_gpus_per_node} GPUs",
+        f"placement {plan.placement!r} ({plan.source}) on {cluster.nnodes} node(s) x {cluster.n_gpus_per_node} GPUs",
         "",
     ]
     per_row = 8  # 8 cells of 10 characters: 2 nodes x 8 GPUs fit in 100 columns

@@ -1,0 +1,129 @@
+"""``verl-split plan``: show how a placement maps roles onto the cluster's GPUs.
+
+Two ways in: a cluster shape and a placement (``--nnodes 2 --n-gpus-per-node 8 --placement 6:2``),
+or verl's own trainer config composed with hydra plus the overrides a run would get
+(``--config-name ppo_trainer trainer.nnodes=2 +split_placement.placement=6:2``).
+The placement comes from ``--placement``, else the config's ``split_placement``, else
+``VERL_SPLIT_PLACEMENT``, else ``halves``. Bad input: one message on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from verl_split import placement as planner
+from verl_split.errors import VerlSplitError
+
+EXIT_BAD_INPUT = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nnodes", type=int, help="Number of nodes (default: trainer.nnodes, else 1).")
+    parser.add_argument(
+        "--n-gpus-per-node",
+        type=int,
+        dest="n_gpus_per_node",
+        help="GPUs per node (default: trainer.n_gpus_per_node, else 8).",
+    )
+    parser.add_argument(
+        "--placement",
+        help="halves, per-node, per-group, all, A:C, or ROLES:GPUS groups such as "
+        "'actor,rollout,ref:0-5;critic,reward:6-7' (default: the config's split_placement, "
+        "else VERL_SPLIT_PLACEMENT, else halves).",
+    )
+    parser.add_argument("--no-critic", action="store_true", help="Plan a run without a critic (GRPO and the like).")
+    parser.add_argument("--reward-model", action="store_true", help="Plan a run with a reward model to place.")
+    parser.add_argument(
+        "--rollout-tp", type=int, default=1, help="Rollout tensor-parallel size to check pools against."
+    )
+    parser.add_argument("--config-name", help="Compose this verl trainer config with hydra (e.g. ppo_trainer).")
+    parser.add_argument("--config-path", help="Directory of the config (default: verl's trainer/config).")
+    parser.add_argument("--json", action="store_true", help="Print only {resource_pool_spec, mapping} as JSON.")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides, e.g. trainer.nnodes=2 +split_placement.placement=6:2"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        plan = build_plan(args)
+    except VerlSplitError as exc:
+        print(f"verl-split plan: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        print(json.dumps(plan.to_json()))
+    else:
+        print(planner.render_plan(plan))
+    return 0
+
+
+def build_plan(args: argparse.Namespace) -> planner.Plan:
+    from verl_split import settings
+
+    env_placement = settings.read().placement
+    if args.config_name or args.config_path or args.overrides:
+        config = compose_config(args.config_name or "ppo_trainer", args.config_path, args.overrides)
+        requirements = planner.requirements_from_config(config)
+        if args.placement:
+            chosen = planner.parse_placement(args.placement, source="--placement")
+        else:
+            chosen = planner.placement_from_config(config, env_placement)
+        nnodes = args.nnodes if args.nnodes is not None else _int(planner._select(config, "trainer.nnodes"))
+        per_node = args.n_gpus_per_node
+        if per_node is None:
+            per_node = _int(planner._select(config, "trainer.n_gpus_per_node"))
+    else:
+        requirements = planner.Requirements(
+            critic=not args.no_critic,
+            critic_reason="--no-critic" if args.no_critic else "PPO with a critic (the default; --no-critic for GRPO)",
+            reward=args.reward_model,
+            parallel=(planner.ParallelSize("rollout", args.rollout_tp, "--rollout-tp", within_node=True),)
+            if args.rollout_tp > 1
+            else (),
+        )
+        chosen = planner.parse_placement(
+            args.placement or env_placement,
+            source="--placement" if args.placement else "VERL_SPLIT_PLACEMENT",
+        )
+        nnodes = 1 if args.nnodes is None else args.nnodes
+        per_node = 8 if args.n_gpus_per_node is None else args.n_gpus_per_node
+    cluster = planner.Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
+    return planner.plan_placement(chosen, cluster, requirements)
+
+
+def _int(value: Any) -> Any:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def compose_config(config_name: str, config_path: str | None, overrides: list[str]) -> Any:
+    """Compose a verl trainer config as ``main_ppo`` would, without running anything."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if config_path is None:
+        import verl
+
+        config_path = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    config_dir = os.path.abspath(config_path)
+    if not os.path.isdir(config_dir):
+        raise _BadInput(f"--config-path {config_path!r} is not a directory. Point it at a folder of hydra configs.")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            return compose(config_name=config_name, overrides=list(overrides))
+    except Exception as exc:  # hydra's own errors: a bad override, a missing config
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _BadInput(
+            f"could not compose {config_name!r} from {config_dir} with overrides {list(overrides)}: {message}. "
+            "Quote values with ',' for hydra, e.g. '+split_placement.placement=\"actor,rollout,ref:0-5;critic:6-7\"'."
+        ) from exc
+    finally:
+        GlobalHydra.instance().clear()
+
+
+class _BadInput(VerlSplitError):
+    """The command line or the config it names cannot be read."""
