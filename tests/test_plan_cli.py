@@ -1,0 +1,97 @@
+"""``verl-split plan``: the picture, ``--json``, verl's composed config, and bad input (exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from pyrun import clean_env
+
+
+def plan(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "verl_split.cli", "plan", *args],
+        env=clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_picture_spec_and_mapping():
+    proc = plan("--nnodes", "2", "--n-gpus-per-node", "8", "--placement", "6:2")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "node 0 |" in out and "node 1 |" in out
+    assert "resource_pool_spec: {'actor_rollout_ref_pool': [6, 6], 'critic_pool': [2, 2]}" in out
+    assert "critic  -> critic_pool" in out
+    assert max(len(line) for line in out.split("\n\n")[1].splitlines()) <= 100
+
+
+def test_json():
+    proc = plan("--nnodes", "2", "--n-gpus-per-node", "8", "--placement", "per-node", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "resource_pool_spec": {"actor_rollout_ref_pool": [4, 4], "critic_pool": [4, 4]},
+        "mapping": {
+            "actor": "actor_rollout_ref_pool",
+            "rollout": "actor_rollout_ref_pool",
+            "ref": "actor_rollout_ref_pool",
+            "critic": "critic_pool",
+        },
+    }
+
+
+def test_environment_variable_is_the_default_placement():
+    proc = plan("--json", env={"VERL_SPLIT_PLACEMENT": "3:5"})
+    assert json.loads(proc.stdout)["resource_pool_spec"] == {"actor_rollout_ref_pool": [3], "critic_pool": [5]}
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--placement", "actor:0-3;rollout:4-7"], "actor and rollout are one worker"),
+        (["--placement", "actor:0-15;critic:4-7"], "outside the cluster"),
+        (["--nnodes", "0"], "nnodes must be a whole number"),
+        (["--placement", "6:4"], "asks for 10 GPUs per node"),
+        (["--no-critic", "--placement", "6:2"], "this run has no critic"),
+        (["--rollout-tp", "4", "--placement", "6:2"], "not divisible by --rollout-tp=4"),
+    ],
+)
+def test_bad_input_exits_2_with_one_message(args, fragment):
+    proc = plan(*args)
+    assert proc.returncode == 2
+    assert fragment in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_bad_environment_value_exits_2():
+    proc = plan(env={"VERL_SPLIT_PLACEMENT": "halfs"})
+    assert proc.returncode == 2 and "Did you mean 'halves'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_verl_config_with_hydra_overrides():
+    proc = plan(
+        "--json",
+        "trainer.nnodes=2",
+        "trainer.n_gpus_per_node=8",
+        '+split_placement.placement="actor,rollout,ref:0-5,8-9;critic:6-7,10-15"',
+        env={"VERL_SPLIT_PLACEMENT": "all"},  # the config wins over the environment
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["resource_pool_spec"] == {"actor_rollout_ref_pool": [6, 2], "critic_pool": [2, 6]}
+
+
+def test_verl_config_grpo_checks_rollout_tp_and_critic():
+    proc = plan("--config-name", "ppo_trainer", "algorithm.adv_estimator=grpo", "+split_placement.placement=6:2")
+    assert proc.returncode == 2 and "no critic (algorithm.adv_estimator=grpo)" in proc.stderr
+    proc = plan("trainer.n_gpus_per_node=8", "+split_placement.placement=5:3")  # rollout tp is 2 by default
+    assert proc.returncode == 2 and "actor_rollout_ref.rollout.tensor_model_parallel_size" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unquoted_commas_get_a_hint():
+    proc = plan("+split_placement.placement=actor,critic")
+    assert proc.returncode == 2 and "Quote values with ','" in proc.stderr and "Traceback" not in proc.stderr
