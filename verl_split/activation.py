@@ -17,7 +17,7 @@ from types import ModuleType
 
 import wrapt
 
-from verl_split import compat
+from verl_split import compat, log
 from verl_split.errors import ActivationFailed, VerlSplitError
 
 logger = logging.getLogger("verl_split")
@@ -39,6 +39,9 @@ SEAMS: tuple[Seam, ...] = (
     Seam("placement_check", "verl.utils.device", "verl_split.seams.placement_check", "split", ("0.9",)),
     Seam("placement_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.placement_v1", "split", ("0.9",)),
     Seam("placement_v0", "verl.trainer.main_ppo_v0", "verl_split.seams.placement_v0", "split", ("0.9",)),
+    # Concurrent actor and critic updates (verl_split/overlap.py).
+    Seam("overlap_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.overlap_v1", "split", ("0.9",)),
+    Seam("overlap_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_v0", "split", ("0.9",)),
     # CPU dry run (VERL_SPLIT_CPU): verl_split/seams/cpu_*.py, one per verl file they answer.
     Seam("cpu_runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "cpu", ("0.9",)),
     Seam("cpu_platform", "verl.plugin.platform.platform_manager", "verl_split.seams.cpu_platform", "cpu", ("0.9",)),
@@ -71,6 +74,7 @@ def activate(split: bool = True, cpu: bool = False) -> list[str]:
     """Register the seams for the installed verl; return their names. Idempotent."""
     features = frozenset(f for f, on in (("split", split), ("cpu", cpu)) if on)
     family = compat.check_supported()
+    log.configure()
     _state.family = family
     _state.active_features = _state.active_features | features
     selected = seams_for(_state.active_features, family)

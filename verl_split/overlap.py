@@ -1,0 +1,380 @@
+"""Run the critic update and the actor update of one PPO step at the same time.
+
+Stock verl runs, in each step, ``_update_critic(batch, ...)`` -- dispatch the critic's
+update to its workers, then ``.get()`` the result -- and afterwards
+``_update_actor(batch, ...)``. Both methods consume their results at once (v1 indexes
+``update_actor(...)["metrics"]``), so deferring a ``.get()`` inside them would mean
+copying them. verl-split keeps both methods as they are and changes only *when* the
+actor's runs:
+
+1. While the stock ``_update_critic`` runs, its worker group is seen through a proxy.
+   The moment the critic's (non-blocking) dispatch returns -- the critic's workers are
+   busy and their batch is already serialised -- the stock ``_update_actor`` of the same
+   step is started on a controller thread. Both updates are now in flight.
+2. The stock ``_update_critic`` goes on to wait for the critic. That wait fails fast:
+   if the actor update fails first, the error surfaces at once, naming the actor.
+3. The stock call to ``_update_actor`` that follows joins the thread and returns the
+   very result the actor update produced. Checkpointing and weight sync, which verl runs
+   after ``_update_actor`` returns, keep their place.
+
+Every side effect on the batch happens in stock order (critic's request first, then the
+actor's), so the numerics are those of the same run without overlap. Overlap is used
+only when the trainer runs verl's own step (a recipe that overrides it runs stock), the
+actor and critic are on different pools, and the actor updates in this step (not during
+critic warm-up). Otherwise the updates run one after the other, still timed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import wrapt
+
+from verl_split import settings
+from verl_split.errors import UpdateFailedError
+from verl_split.timeline import Timeline
+
+logger = logging.getLogger("verl_split.overlap")
+
+# The attribute a trainer carries between its _update_critic and _update_actor calls.
+_STEP_ATTR = "_verl_split_step"
+# Set on the controller thread, so its own call to _update_actor passes straight through.
+_controller = threading.local()
+
+
+class TrainerAdapter:
+    """What differs between verl's trainers: where metrics go and what a stock step is."""
+
+    #: the class whose stock step runs critic -> actor (see ``runs_stock_step``)
+    trainer_class: type
+    #: the method of ``trainer_class`` holding that step; an override means an unknown order
+    step_method: str
+
+    def runs_stock_step(self, trainer: Any) -> bool:
+        return getattr(type(trainer), self.step_method) is vars(self.trainer_class)[self.step_method]
+
+    def actor_updates_this_step(self, trainer: Any) -> bool:
+        # The very condition both verl trainers use before calling _update_actor.
+        return trainer.config.trainer.critic_warmup <= trainer.global_steps
+
+    def pools(self, trainer: Any) -> tuple[str | None, str | None]:
+        """(actor pool, critic pool) names from the trainer's resource pool mapping."""
+        from verl.trainer.ppo.utils import Role
+
+        mapping = trainer.resource_pool_manager.mapping
+        actor = next((mapping[r] for r in (Role.ActorRollout, Role.ActorRolloutRef, Role.Actor) if r in mapping), None)
+        return actor, mapping.get(Role.Critic)
+
+    def private_metrics_call(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, dict | None]:
+        """The arguments for the actor's call, with its own metrics dict if the trainer passes one."""
+        return args, kwargs, None
+
+    def merge_metrics(self, args: tuple, kwargs: dict, private: dict | None) -> None:
+        """Put what the actor's call wrote into its private metrics dict where stock would have."""
+
+    def report(self, result: Any, args: tuple, kwargs: dict, split_metrics: dict[str, float]) -> None:
+        raise NotImplementedError
+
+
+class V1Adapter(TrainerAdapter):
+    """``verl/trainer/ppo/v1/trainer_base.py`` ``PPOTrainer``: ``_update_*(batch, metrics)``."""
+
+    step_method = "_step_once"
+
+    def __init__(self, trainer_class: type) -> None:
+        self.trainer_class = trainer_class
+
+    @staticmethod
+    def _metrics_index(args: tuple, kwargs: dict) -> int | str:
+        return "metrics" if "metrics" in kwargs else 1
+
+    def private_metrics_call(self, args, kwargs):
+        where, private = self._metrics_index(args, kwargs), {}
+        if where == "metrics":
+            return args, {**kwargs, "metrics": private}, private
+        return (*args[:where], private, *args[where + 1 :]), kwargs, private
+
+    def merge_metrics(self, args, kwargs, private):
+        if private:
+            self._metrics(args, kwargs).update(private)
+
+    def _metrics(self, args, kwargs) -> dict:
+        where = self._metrics_index(args, kwargs)
+        return kwargs["metrics"] if where == "metrics" else args[where]
+
+    def report(self, result, args, kwargs, split_metrics):
+        self._metrics(args, kwargs).update(split_metrics)
+
+
+class V0Adapter(TrainerAdapter):
+    """``verl/trainer/ppo/ray_trainer.py`` ``RayPPOTrainer``: ``_update_*(batch)`` return a DataProto
+    whose ``meta_info["metrics"]`` ``fit`` reduces into the step's metrics."""
+
+    step_method = "fit"
+
+    def __init__(self, trainer_class: type) -> None:
+        self.trainer_class = trainer_class
+
+    def report(self, result, args, kwargs, split_metrics):
+        result.meta_info.setdefault("metrics", {}).update(split_metrics)
+
+
+@dataclass
+class _Interval:
+    start: float = 0.0
+    end: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return max(self.end - self.start, 0.0)
+
+
+@dataclass
+class _Step:
+    """One step's pair of updates."""
+
+    trainer: Any
+    adapter: TrainerAdapter
+    actor_pool: str | None
+    critic_pool: str | None
+    critic_args: tuple
+    critic_kwargs: dict
+    overlapped: bool
+    critic: _Interval = field(default_factory=_Interval)
+    actor: _Interval = field(default_factory=_Interval)
+    actor_future: concurrent.futures.Future | None = None
+    actor_metrics: dict | None = None
+
+    # -- the actor side, on a controller thread -------------------------------------------
+    def launch_actor(self) -> None:
+        args, kwargs, self.actor_metrics = self.adapter.private_metrics_call(self.critic_args, self.critic_kwargs)
+        self.actor_future = concurrent.futures.Future()
+        logger.info("Starting parallel actor and critic updates (step %s)", self.trainer.global_steps)
+        # A daemon thread, not an executor: a failed step must not keep the process from exiting.
+        thread = threading.Thread(
+            target=self._run_actor, args=(args, kwargs), name="verl-split-actor-update", daemon=True
+        )
+        thread.start()
+
+    def _run_actor(self, args: tuple, kwargs: dict) -> None:
+        _controller.active = True
+        self.actor.start = time.time()
+        try:
+            result = self.trainer._update_actor(*args, **kwargs)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            self.actor.end = time.time()
+            self.actor_future.set_exception(exc)
+        else:
+            self.actor.end = time.time()
+            self.actor_future.set_result(result)
+
+    def join_actor(self) -> Any:
+        try:
+            return self.actor_future.result()
+        except Exception as exc:
+            raise self.failure("actor", self.actor_pool, exc) from exc
+
+    # -- the critic side, on the trainer's thread ------------------------------------------
+    def on_critic_dispatched(self, future: Any) -> Any:
+        if self.actor_future is None:
+            self.launch_actor()
+        if not callable(getattr(future, "get", None)):
+            # A blocking dispatch already holds the result: nothing left to overlap with.
+            self.critic.end = time.time()
+            return future
+        return _CriticResult(future, self)
+
+    def wait_for_critic(self, future: Any) -> Any:
+        """``future.get()``, but raise at once if the actor update fails meanwhile."""
+        critic_done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def get() -> None:
+            try:
+                critic_done.set_result(future.get())
+            except BaseException as exc:
+                critic_done.set_exception(exc)
+
+        threading.Thread(target=get, name="verl-split-critic-wait", daemon=True).start()
+        pending = {critic_done, self.actor_future}
+        while True:
+            done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            if critic_done in done:
+                self.critic.end = time.time()
+                try:
+                    return critic_done.result()
+                except Exception as exc:
+                    raise self.failure("critic", self.critic_pool, exc) from exc
+            if self.actor_future.exception() is not None:
+                self.join_actor()  # raises, naming the actor
+
+    def failure(self, role: str, pool: str | None, exc: BaseException) -> UpdateFailedError:
+        other = "actor" if role == "critic" else "critic"
+        return UpdateFailedError(
+            f"the {role} update failed on resource pool {pool!r} (step {self.trainer.global_steps}) while the "
+            f"{other} update was running: {type(exc).__name__}: {exc}. The run stops here; the {other}'s workers are "
+            f"released when the trainer exits. To tell the two apart, rerun with VERL_SPLIT_OVERLAP=0."
+        )
+
+    # -- after both ----------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        t_critic, t_actor = self.critic.seconds, self.actor.seconds
+        metrics = {"split/critic_update_s": t_critic, "split/overlapped": float(self.overlapped)}
+        if self.actor.end:
+            start, end = min(self.critic.start, self.actor.start), max(self.critic.end, self.actor.end)
+            wall = max(end - start, 1e-9)
+            overlap = max(0.0, min(self.critic.end, self.actor.end) - max(self.critic.start, self.actor.start))
+            metrics.update(
+                {
+                    "split/actor_update_s": t_actor,
+                    "split/update_wall_s": wall,
+                    "split/overlap_s": overlap,
+                    "split/speedup": (t_actor + t_critic) / wall,
+                    "split/ideal_speedup": (t_actor + t_critic) / max(t_actor, t_critic, 1e-9),
+                    "split/actor_pool_idle_share": max(wall - t_actor, 0.0) / wall,
+                    "split/critic_pool_idle_share": max(wall - t_critic, 0.0) / wall,
+                }
+            )
+        return metrics
+
+    def finish(self, result: Any, args: tuple, kwargs: dict) -> None:
+        metrics = self.metrics()
+        if self.actor.end:
+            logger.info("Actor update completed in %.1fs", self.actor.seconds)
+        logger.info("Critic update completed in %.1fs", self.critic.seconds)
+        if self.actor.end:
+            logger.info(
+                "Update phase: %.1fs wall, overlap %.1fs, speed-up %.2fx (ideal %.2fx)",
+                metrics["split/update_wall_s"],
+                metrics["split/overlap_s"],
+                metrics["split/speedup"],
+                metrics["split/ideal_speedup"],
+            )
+        self.adapter.report(result, args, kwargs, metrics)
+        _record_timeline(self)
+
+
+class _CriticGroupDuringStep(wrapt.ObjectProxy):
+    """The critic's worker group as one stock ``_update_critic`` call sees it: dispatching
+    the critic's update also starts the actor's."""
+
+    def __init__(self, worker_group: Any, step: _Step) -> None:
+        super().__init__(worker_group)
+        self._self_step = step
+
+    # 0.8/0.9 engine workers: TrainingWorker.train_mini_batch (already blocking=False).
+    def train_mini_batch(self, *args: Any, **kwargs: Any) -> Any:
+        return self._self_step.on_critic_dispatched(self.__wrapped__.train_mini_batch(*args, **kwargs))
+
+    # legacy fsdp_workers: CriticWorker.update_critic.
+    def update_critic(self, *args: Any, **kwargs: Any) -> Any:
+        return self._self_step.on_critic_dispatched(self.__wrapped__.update_critic(*args, **kwargs))
+
+
+class _CriticResult(wrapt.ObjectProxy):
+    """The critic's future, whose ``get()`` also watches the actor update."""
+
+    def __init__(self, future: Any, step: _Step) -> None:
+        super().__init__(future)
+        self._self_step = step
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return self._self_step.wait_for_critic(self.__wrapped__)
+
+
+_timelines: dict[str, Timeline] = {}
+_warned: set[str] = set()
+
+
+def _record_timeline(step: _Step) -> None:
+    path = settings.read().trace_path
+    if not path:
+        return
+    timeline = _timelines.setdefault(path, Timeline(path))
+    n = step.trainer.global_steps
+    timeline.add(f"critic update (step {n})", f"critic pool: {step.critic_pool}", step.critic.start, step.critic.end)
+    if step.actor.end:
+        timeline.add(f"actor update (step {n})", f"actor pool: {step.actor_pool}", step.actor.start, step.actor.end)
+    timeline.flush()
+
+
+def _why_sequential(trainer: Any, adapter: TrainerAdapter, actor_pool: str | None, critic_pool: str | None) -> str:
+    """Empty when this step's updates may overlap, else the reason they run one after the other."""
+    if not settings.read().overlap:
+        return "VERL_SPLIT_OVERLAP is off"
+    if not adapter.runs_stock_step(trainer):
+        return f"{type(trainer).__name__} overrides {adapter.step_method}(), so the order of its updates is unknown"
+    if actor_pool is None or actor_pool == critic_pool:
+        return f"actor and critic share resource pool {critic_pool!r}"
+    return ""
+
+
+def _batch(args: tuple, kwargs: dict) -> Any:
+    return args[0] if args else kwargs.get("batch")
+
+
+def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
+    def _wrap_update_critic(wrapped, trainer, args, kwargs):
+        actor_pool, critic_pool = adapter.pools(trainer)
+        reason = _why_sequential(trainer, adapter, actor_pool, critic_pool)
+        if reason and reason not in _warned:
+            _warned.add(reason)
+            logger.info("Actor and critic updates run one after the other: %s.", reason)
+        overlap = not reason and adapter.actor_updates_this_step(trainer)
+        step = _Step(trainer, adapter, actor_pool, critic_pool, args, kwargs, overlapped=overlap)
+        vars(trainer).pop(_STEP_ATTR, None)
+        step.critic.start = time.time()
+        if not overlap:
+            result = wrapped(*args, **kwargs)
+            step.critic.end = time.time()
+            if adapter.actor_updates_this_step(trainer):
+                setattr(trainer, _STEP_ATTR, step)  # _update_actor reports both
+            else:
+                step.finish(result, args, kwargs)  # critic warm-up: no actor update follows
+            return result
+        worker_group = trainer.critic_wg
+        trainer.critic_wg = _CriticGroupDuringStep(worker_group, step)
+        try:
+            result = wrapped(*args, **kwargs)
+        except UpdateFailedError:
+            raise
+        except Exception as exc:
+            raise step.failure("critic", critic_pool, exc) from exc
+        finally:
+            trainer.critic_wg = worker_group
+        if not step.critic.end:
+            step.critic.end = time.time()
+        setattr(trainer, _STEP_ATTR, step)
+        return result
+
+    return _wrap_update_critic
+
+
+def make_update_actor_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
+    def _wrap_update_actor(wrapped, trainer, args, kwargs):
+        if getattr(_controller, "active", False):
+            return wrapped(*args, **kwargs)  # the launched update itself
+        step: _Step | None = vars(trainer).pop(_STEP_ATTR, None)
+        if step is None:  # no critic this step (GRPO): stock
+            return wrapped(*args, **kwargs)
+        if step.actor_future is None:  # sequential: run it here, timed
+            step.actor.start = time.time()
+            result = wrapped(*args, **kwargs)
+            step.actor.end = time.time()
+        else:
+            if _batch(args, kwargs) is not _batch(step.critic_args, step.critic_kwargs):
+                raise RuntimeError(
+                    "verl-split: _update_actor was called with another batch than the actor update it started; "
+                    "please report this with your verl version and trainer."
+                )
+            result = step.join_actor()
+            adapter.merge_metrics(args, kwargs, step.actor_metrics)
+        step.finish(result, args, kwargs)
+        return result
+
+    return _wrap_update_actor
