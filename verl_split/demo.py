@@ -12,11 +12,13 @@ Per-step metrics go to the console and, through verl's ``file`` logger, to
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from verl_split.assets import TinyAssets, make_tiny_assets
 
@@ -122,10 +124,13 @@ def dry_run_overrides(
         "trainer.project_name=verl_split_demo",
         f"trainer.experiment_name={algo}_{trainer}",
         f"trainer.default_local_dir={out / 'checkpoints'}",
+        # v1 trainer's TransferQueue: one storage process instead of eight.
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         # Ray: always a fresh local cluster (never one another `ray start` left running,
         # which ray.init() would join), in its own temp folder so that it is not
         # advertised to other processes' ray.init() either; logical GPUs, see RAY_NUM_GPUS.
         "+ray_kwargs.ray_init.address=local",
+        "+ray_kwargs.ray_init.include_dashboard=false",
         f"+ray_kwargs.ray_init._temp_dir={RAY_TEMP_DIR}",
         f"+ray_kwargs.ray_init.num_gpus={max(RAY_NUM_GPUS, n_gpus_per_node)}",
         f"ray_kwargs.ray_init.num_cpus={RAY_NUM_CPUS}",
@@ -160,7 +165,21 @@ def run_environment(out_dir: str | os.PathLike[str], environ: Mapping[str, str] 
     env.setdefault("OMP_NUM_THREADS", "1")  # several worker processes share a few cores
     env.setdefault("RAY_DEDUP_LOGS", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never wait on a hub
+    # Ray would start one idle Python worker per logical CPU when the driver connects:
+    # dozens of interpreters fighting for a laptop's cores before verl asks for any.
+    env.setdefault("RAY_prestart_worker_first_driver", "0")
     return env
+
+
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The per-step metrics verl's ``file`` logger wrote: one dict per step, ``step`` included."""
+    steps = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                steps.append({"step": record["step"], **record["data"]})
+    return steps
 
 
 def main_ppo_command(overrides: list[str]) -> list[str]:

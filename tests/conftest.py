@@ -1,0 +1,158 @@
+"""Shared fixtures: the tiny CPU assets (made once per run) and a main_ppo runner.
+
+``run_main_ppo`` starts the stock ``python -m verl.trainer.main_ppo`` in a subprocess
+(CPU mode on, the caller's ``VERL_SPLIT*`` untouched), samples the memory of its whole
+process tree while it runs, and reads the per-step metrics verl's ``file`` logger wrote.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verl_split.assets import TinyAssets, make_tiny_assets
+from verl_split.demo import METRICS_FILE, main_ppo_command, read_metrics, run_environment
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> TinyAssets:
+    """The tiny model, tokenizer, data set and reward function, made once per pytest run."""
+    return make_tiny_assets(tmp_path_factory.mktemp("tiny_assets"))
+
+
+@dataclass
+class PPORun:
+    """What one main_ppo subprocess did."""
+
+    returncode: int
+    wall_s: float
+    peak_rss_bytes: int  # largest sum of RSS over the process tree (counts shared pages once per process)
+    peak_pss_bytes: int  # largest sum of PSS over the process tree (shared pages split between sharers)
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # one dict per step, verl's own keys
+    log: str = ""
+
+    def series(self, key: str) -> list[float]:
+        """The metric's value at every step that logged it."""
+        return [float(step[key]) for step in self.metrics if key in step]
+
+    def assert_ok(self) -> None:
+        assert self.returncode == 0, f"main_ppo exited with {self.returncode}:\n{self.log[-6000:]}"
+
+    def assert_finite(self, key: str) -> None:
+        values = self.series(key)
+        assert values, f"no step logged {key}; keys: {sorted(self.metrics[0]) if self.metrics else []}"
+        assert all(math.isfinite(v) for v in values), f"{key} not finite: {values}"
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def _memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of one process in bytes; (0, 0) once it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            rss = int(f.read().split()[1]) * _PAGE
+        pss = rss
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    pss = int(line.split()[1]) * 1024
+                    break
+        return rss, pss
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+
+
+class _TreeMemorySampler(threading.Thread):
+    """Sample the summed RSS and PSS of a process and all its descendants."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peak_rss = self.peak_pss = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            usage = [_memory(p) for p in _descendants(self.pid)]
+            self.peak_rss = max(self.peak_rss, sum(r for r, _ in usage))
+            self.peak_pss = max(self.peak_pss, sum(p for _, p in usage))
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def run_main_ppo(
+    overrides: Sequence[str],
+    out_dir: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> PPORun:
+    """Run ``python -m verl.trainer.main_ppo`` with ``overrides`` on CPU and collect what it did."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = out_dir / "main_ppo.log"
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            main_ppo_command(list(overrides)),
+            env=run_environment(out_dir, env),
+            cwd=out_dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so a timeout can end all of it
+        )
+        sampler = _TreeMemorySampler(proc.pid)
+        sampler.start()
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            returncode = proc.wait()
+        finally:
+            sampler.stop()
+    wall = time.monotonic() - started
+    metrics_path = out_dir / METRICS_FILE
+    return PPORun(
+        returncode=returncode,
+        wall_s=wall,
+        peak_rss_bytes=sampler.peak_rss,
+        peak_pss_bytes=sampler.peak_pss,
+        metrics=read_metrics(metrics_path) if metrics_path.exists() else [],
+        log=log_path.read_text(errors="replace"),
+    )
+
+
+@pytest.fixture
+def main_ppo_runner():
+    """The :func:`run_main_ppo` helper, for tests that prefer a fixture to an import."""
+    return run_main_ppo
