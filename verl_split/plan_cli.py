@@ -119,7 +119,8 @@ def compose_config(config_name: str, config_path: str | None, overrides: list[st
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _BadInput(
             f"could not compose {config_name!r} from {config_dir} with overrides {list(overrides)}: {message}. "
-            "Quote values with ',' for hydra, e.g. '+split_placement.placement=\"actor,rollout,ref:0-5;critic:6-7\"'."
+            "Quote values with ',' or ';' for hydra, e.g. "
+            "'+split_placement.placement=\"actor,rollout,ref:0-5;critic:6-7\"'."
         ) from exc
     finally:
         GlobalHydra.instance().clear()
