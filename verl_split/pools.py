@@ -204,7 +204,10 @@ class SplitResourcePoolManager(ResourcePoolManager):
                 name_prefix=pool.name,
                 node_ids=node_ids,
             )
-            logger.debug("pinned %s to nodes %s", pool.name, [n[:8] for n in node_ids])
+            announce(
+                f"Pinned resource pool {pool.name} to plan nodes {list(pool.nodes)} "
+                f"(Ray nodes {[n[:8] for n in node_ids]})"
+            )
 
 
 #: verl ``Role`` member names (``verl/trainer/ppo/utils.py``) -> the planner's role names.
