@@ -6,7 +6,8 @@ methods of ``verl/workers/engine_workers.py``, so the intervals it logs are meas
 inside the worker processes, independently of what verl-split measures in the trainer.
 
 Environment:
-- ``SLOW_UPDATES_LOG``: JSON-lines file; one line per update: role, pid, start, end.
+- ``SLOW_UPDATES_LOG``: JSON-lines file: a line when an update starts (role, pid, start)
+  and one when it ends (role, pid, start, end).
 - ``SLOW_UPDATES_SLEEP``: seconds to sleep at the start of each update (default 0).
 - ``SLOW_UPDATES_FAIL``: ``critic`` or ``actor``: raise inside that update.
 - ``SLOW_UPDATES_KILL``: ``critic`` or ``actor``: kill that worker's process mid-update.
@@ -25,6 +26,13 @@ import wrapt
 _inside_actor_update = threading.local()
 
 
+def _log(record: dict) -> None:
+    path = os.environ.get("SLOW_UPDATES_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
 def _instrument(role, original):
     @functools.wraps(original)  # keeps verl's `register` metadata (verl's MAGIC_ATTR)
     def update(self, *args, **kwargs):
@@ -33,6 +41,7 @@ def _instrument(role, original):
         if role == "critic" and getattr(_inside_actor_update, "active", False):
             return original(self, *args, **kwargs)
         start = time.time()
+        _log({"role": role, "pid": os.getpid(), "start": start})
         time.sleep(float(os.environ.get("SLOW_UPDATES_SLEEP", "0")))
         if os.environ.get("SLOW_UPDATES_KILL") == role:
             os._exit(1)
@@ -43,10 +52,7 @@ def _instrument(role, original):
             return original(self, *args, **kwargs)
         finally:
             _inside_actor_update.active = False
-            path = os.environ.get("SLOW_UPDATES_LOG")
-            if path:
-                with open(path, "a") as f:
-                    f.write(json.dumps({"role": role, "pid": os.getpid(), "start": start, "end": time.time()}) + "\n")
+            _log({"role": role, "pid": os.getpid(), "start": start, "end": time.time()})
 
     return update
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import zlib
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -74,6 +76,7 @@ class CPUGenerationServer:
         self._lock = threading.Lock()  # one generate() or weight load at a time
         self.global_steps: int | None = None
         self.weight_syncs = 0
+        self._requests_seen: Counter[tuple[int, ...]] = Counter()  # per prompt, since the last weight sync
 
     # -- generation -------------------------------------------------------------------
 
@@ -130,7 +133,14 @@ class CPUGenerationServer:
         else:
             options.update(temperature=None, top_p=None, top_k=None)
         input_ids = torch.tensor([prompt_ids], dtype=torch.long)
-        with self._lock, torch.no_grad():
+        with self._lock, torch.no_grad(), torch.random.fork_rng(devices=[]):
+            # Sample from a seed that depends on the prompt, on how often it was asked for
+            # since the last weight sync, and on the weights' version -- not on the order in
+            # which concurrent requests arrive -- so that two runs of the same job sample the
+            # same answers (the overlap tests compare runs number for number).
+            key = tuple(prompt_ids)
+            torch.manual_seed(zlib.crc32(repr((key, self._requests_seen[key], self.weight_syncs)).encode()))
+            self._requests_seen[key] += 1
             out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **options)
         tokens = out.sequences[0, len(prompt_ids) :].tolist()
         scale = 1.0 if greedy else temperature
@@ -157,6 +167,7 @@ class CPUGenerationServer:
                 own[name].copy_(tensor.to(own[name].dtype))
         self.global_steps = global_steps
         self.weight_syncs += 1
+        self._requests_seen.clear()
         logger.info("replica %d loaded %d tensors (step %s)", self.replica_rank, len(state_dict), global_steps)
         return len(state_dict)
 

@@ -1,0 +1,173 @@
+"""Concurrent actor and critic updates, end to end: stock ``main_ppo`` on CPU with ``VERL_SPLIT=1``.
+
+The update intervals checked here are logged *inside the worker processes* by the
+test plugin ``tests/plugins/slow_updates.py`` (loaded through verl's own
+``VERL_USE_EXTERNAL_MODULES``), which also injects the sleeps and the faults. The only
+stand-in in these runs is verl-split's CPU rollout (Hugging Face ``generate``
+instead of vLLM), as in every CPU dry run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import PPORun, run_main_ppo
+
+from verl_split.demo import dry_run_overrides
+
+pytestmark = pytest.mark.e2e
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+SLEEP_S = 2.0
+
+
+def split_env(out: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES"))}
+    env.update(
+        VERL_SPLIT="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
+        VERL_USE_EXTERNAL_MODULES="slow_updates",
+        SLOW_UPDATES_LOG=str(out / "updates.jsonl"),
+        **extra,
+    )
+    return env
+
+
+def worker_intervals(out: Path) -> dict[str, list[tuple[float, float]]]:
+    """Per role, the (start, end) of each update as the worker process saw it, in order."""
+    intervals: dict[str, list[tuple[float, float]]] = {"actor": [], "critic": []}
+    for line in (out / "updates.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "end" in record:
+            intervals[record["role"]].append((record["start"], record["end"]))
+    return {role: sorted(spans) for role, spans in intervals.items()}
+
+
+def shared_fraction(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """How much of the shorter interval the two intervals share."""
+    shared = max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+    return shared / min(a[1] - a[0], b[1] - b[0])
+
+
+def final_weights(run_dir: Path, role: str) -> dict[str, torch.Tensor]:
+    step_dirs = sorted((run_dir / "checkpoints").glob("global_step_*"), key=lambda p: int(p.name.split("_")[-1]))
+    assert step_dirs, f"no checkpoint under {run_dir / 'checkpoints'}"
+    state = torch.load(step_dirs[-1] / role / "model_world_size_1_rank_0.pt", weights_only=False)
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in state.items()}
+
+
+def run_split(tiny_assets, out: Path, steps: int, extra: list[str], trainer: str = "v1", **env: str) -> PPORun:
+    overrides = dry_run_overrides(tiny_assets, steps, "gae", trainer, out, n_gpus_per_node=2) + extra
+    return run_main_ppo(overrides, out, env=split_env(out, **env))
+
+
+@pytest.fixture(scope="module")
+def overlapped_and_sequential(tiny_assets, tmp_path_factory):
+    """The same 3-step split run twice: updates overlapped, and one after the other."""
+    runs = {}
+    for name, overlap in (("overlap", "1"), ("sequential", "0")):
+        out = tmp_path_factory.mktemp(name)
+        runs[name] = (
+            out,
+            run_split(
+                tiny_assets,
+                out,
+                steps=3,
+                extra=["trainer.save_freq=3"],
+                VERL_SPLIT_OVERLAP=overlap,
+                SLOW_UPDATES_SLEEP=str(SLEEP_S),
+            ),
+        )
+    return runs
+
+
+def test_updates_overlap_in_every_step(overlapped_and_sequential):
+    out, run = overlapped_and_sequential["overlap"]
+    run.assert_ok()
+    spans = worker_intervals(out)
+    assert len(spans["actor"]) == len(spans["critic"]) == 3, spans
+    for actor, critic in zip(spans["actor"], spans["critic"], strict=True):
+        assert shared_fraction(actor, critic) >= 0.8, (actor, critic)
+    assert "Starting parallel actor and critic updates" in run.log
+    assert re.search(r"Actor update completed in \d+\.\ds", run.log)
+    assert re.search(r"Critic update completed in \d+\.\ds", run.log)
+    # verl-split's own per-step metrics, in verl's tracker, agree with the workers.
+    assert run.series("split/overlapped") == [1.0, 1.0, 1.0]
+    for overlap_s, actor_s, critic_s in zip(
+        run.series("split/overlap_s"),
+        run.series("split/actor_update_s"),
+        run.series("split/critic_update_s"),
+        strict=True,
+    ):
+        assert overlap_s >= 0.8 * min(actor_s, critic_s)
+        assert min(actor_s, critic_s) >= SLEEP_S
+    assert all(s > 1.5 for s in run.series("split/speedup")), run.series("split/speedup")
+
+
+def test_sequential_run_does_not_overlap(overlapped_and_sequential):
+    out, run = overlapped_and_sequential["sequential"]
+    run.assert_ok()
+    spans = worker_intervals(out)
+    assert len(spans["actor"]) == len(spans["critic"]) == 3, spans
+    for actor, critic in zip(spans["actor"], spans["critic"], strict=True):
+        assert shared_fraction(actor, critic) == 0.0, (actor, critic)
+    assert "Starting parallel actor and critic updates" not in run.log
+    assert run.series("split/overlapped") == [0.0, 0.0, 0.0]
+
+
+def test_overlap_changes_no_numbers(overlapped_and_sequential):
+    (over_dir, over), (seq_dir, seq) = overlapped_and_sequential["overlap"], overlapped_and_sequential["sequential"]
+    over.assert_ok()
+    seq.assert_ok()
+    for key in ("critic/vf_loss", "actor/pg_loss", "actor/entropy", "critic/score/mean"):
+        assert over.series(key) == seq.series(key), key
+    for role in ("actor", "critic"):
+        a, b = final_weights(over_dir, role), final_weights(seq_dir, role)
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) for k in a), f"{role} weights differ"
+
+
+def test_critic_warmup_and_v0_trainer(tiny_assets, tmp_path):
+    """Step 1 is critic warm-up (critic only); step 2 overlaps, in the legacy trainer."""
+    run = run_split(
+        tiny_assets, tmp_path, steps=2, extra=["trainer.critic_warmup=1"], trainer="v0", SLOW_UPDATES_SLEEP="1"
+    )
+    run.assert_ok()
+    spans = worker_intervals(tmp_path)
+    assert len(spans["critic"]) == 2 and len(spans["actor"]) == 1, spans
+    assert shared_fraction(spans["actor"][0], spans["critic"][1]) >= 0.8
+    assert run.series("split/overlapped") == [0.0, 1.0]
+    assert len(run.series("split/actor_update_s")) == 1
+
+
+def test_grpo_without_critic(tiny_assets, tmp_path):
+    """No critic (verl issue 319 crashed here once blocking=False was set by hand)."""
+    overrides = dry_run_overrides(tiny_assets, 2, "grpo", "v1", tmp_path, n_gpus_per_node=2)
+    run = run_main_ppo(overrides, tmp_path, env=split_env(tmp_path))
+    run.assert_ok()
+    run.assert_finite("actor/pg_loss")
+    assert not run.series("split/overlapped")
+
+
+@pytest.mark.parametrize(
+    ("fault", "role", "pool"),
+    [("SLOW_UPDATES_FAIL", "critic", "critic_pool"), ("SLOW_UPDATES_KILL", "actor", "actor_rollout_ref_pool")],
+)
+def test_a_failed_update_ends_the_run_promptly(tiny_assets, tmp_path, fault, role, pool):
+    started = time.time()
+    run = run_split(tiny_assets, tmp_path, steps=2, extra=[], SLOW_UPDATES_SLEEP="1", **{fault: role})
+    ended = started + run.wall_s
+    assert run.returncode != 0
+    assert f"the {role} update failed on resource pool {pool!r}" in run.log, run.log[-4000:]
+    fault_time = next(
+        json.loads(line)["start"]
+        for line in (tmp_path / "updates.jsonl").read_text().splitlines()
+        if json.loads(line)["role"] == role
+    )
+    assert ended - fault_time < 30, f"the run took {ended - fault_time:.0f}s to end after the {role} failed"
