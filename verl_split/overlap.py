@@ -150,11 +150,13 @@ class _Step:
     actor: _Interval = field(default_factory=_Interval)
     actor_future: concurrent.futures.Future | None = None
     actor_metrics: dict | None = None
+    both_in_flight_at: float = 0.0  # when the actor's thread was started after the critic's dispatch
 
     # -- the actor side, on a controller thread -------------------------------------------
     def launch_actor(self) -> None:
         args, kwargs, self.actor_metrics = self.adapter.private_metrics_call(self.critic_args, self.critic_kwargs)
         self.actor_future = concurrent.futures.Future()
+        self.both_in_flight_at = time.time()
         logger.info("Starting parallel actor and critic updates (step %s)", self.trainer.global_steps)
         # A daemon thread, not an executor: a failed step must not keep the process from exiting.
         thread = threading.Thread(
@@ -240,6 +242,9 @@ class _Step:
                     "split/critic_pool_idle_share": max(wall - t_critic, 0.0) / wall,
                 }
             )
+        if self.both_in_flight_at:
+            # What coordinating costs: from entering the critic's update to both updates in flight.
+            metrics["split/dispatch_s"] = self.both_in_flight_at - self.critic.start
         return metrics
 
     def finish(self, result: Any, args: tuple, kwargs: dict) -> None:
