@@ -1,25 +1,43 @@
 """Wrap and unwrap attributes with wrapt, at most once each.
 
-Every patch in ``verl_split.seams`` goes through these two functions, so the sentinel
-that makes a second activation a no-op and the ``__wrapped__`` restore live in one place.
+Every patch in ``verl_split.seams`` goes through these two functions, so the check that
+makes a second activation a no-op and the ``__wrapped__`` restore live in one place.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 import wrapt
 
-# wrapt proxies keep attributes prefixed with ``_self_`` on the proxy itself.
-_SENTINEL = "_self_verl_split"
+
+class VerlSplitWrapper(wrapt.FunctionWrapper):
+    """A wrapt function wrapper that marks verl-split's patches and pickles by reference.
+
+    Ray pickles some functions by value (those of ``__main__`` and of ``@ray.remote``
+    classes, e.g. verl's ``TaskRunner.run``); their globals may name a function we
+    wrapped, and a wrapt proxy cannot be pickled. Pickled by its module and name, the
+    receiving process finds the attribute there, patched or not as that process is.
+    """
+
+    _self_verl_split = True  # wrapt keeps ``_self_`` attributes on the proxy, not the wrapped function
+
+    def __reduce_ex__(self, protocol: int) -> tuple[Callable[..., Any], tuple[str, str]]:
+        return _import_by_name, (self.__wrapped__.__module__, self.__wrapped__.__qualname__)
+
+
+def _import_by_name(module: str, qualname: str) -> Any:
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def is_wrapped(owner: Any, attr: str) -> bool:
     """True when ``owner.attr`` (looked up in ``owner.__dict__`` only) is a verl-split wrapper."""
-    current = vars(owner).get(attr)
-    # wrapt 2 split ObjectProxy from BaseObjectProxy: FunctionWrapper is only the latter.
-    return isinstance(current, wrapt.FunctionWrapper) and getattr(current, _SENTINEL, False) is True
+    return isinstance(vars(owner).get(attr), VerlSplitWrapper)
 
 
 def wrap(owner: Any, attr: str, wrapper: Callable[..., Any]) -> bool:
@@ -32,9 +50,7 @@ def wrap(owner: Any, attr: str, wrapper: Callable[..., Any]) -> bool:
         raise AttributeError(f"{getattr(owner, '__qualname__', owner)!r} defines no attribute {attr!r} to wrap")
     if is_wrapped(owner, attr):
         return False
-    proxy = wrapt.FunctionWrapper(vars(owner)[attr], wrapper)
-    setattr(proxy, _SENTINEL, True)
-    setattr(owner, attr, proxy)
+    setattr(owner, attr, VerlSplitWrapper(vars(owner)[attr], wrapper))
     return True
 
 

@@ -2,9 +2,10 @@
 
 Nothing is downloaded: the model is a randomly initialised Qwen2-style causal LM, the
 tokenizer a byte-level ``tokenizers`` model with a chat template, the data set a
-synthetic "a+b=" task in verl's RLHF parquet format. verl builds the critic
-from the same model path (``AutoModelForTokenClassification`` with one label), so no
-separate value model is needed.
+synthetic "a+b=" task in verl's RLHF parquet format. The critic is the same network with
+a one-output value head (``Qwen2ForTokenClassification``, what verl's critic loads), saved
+with its head: built from the LM path instead, verl would draw the head at random in
+every run, and two runs of the same job could not be compared number for number.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 #: Bump when what make_tiny_assets writes changes, so old caches are rebuilt.
-ASSETS_VERSION = 1
+ASSETS_VERSION = 2
 _MARKER = "verl_split_assets.json"
 
 DATA_SOURCE = "verl_split/arith"
@@ -40,6 +41,7 @@ class TinyAssets:
 
     root: Path
     model: Path  # model, tokenizer and generation config, as save_pretrained writes them
+    critic_model: Path  # the same backbone with a seeded value head, and the tokenizer
     train_file: Path
     val_file: Path
     reward_file: Path
@@ -61,7 +63,7 @@ def make_tiny_assets(directory: str | os.PathLike[str], *, seed: int = 0) -> Tin
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
     try:
         _build(staging, seed)
-        for name in ("model", "data", "reward.py", _MARKER):
+        for name in ("model", "critic_model", "data", "reward.py", _MARKER):
             target = root / name
             if target.is_dir():
                 shutil.rmtree(target)
@@ -77,6 +79,7 @@ def _layout(root: Path) -> TinyAssets:
     return TinyAssets(
         root=root,
         model=root / "model",
+        critic_model=root / "critic_model",
         train_file=root / "data" / "train.parquet",
         val_file=root / "data" / "val.parquet",
         reward_file=root / "reward.py",
@@ -150,6 +153,19 @@ def _build_model(target: Path, tokenizer, seed: int) -> None:
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
     )
     model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    _build_value_model(target, tokenizer, seed)
+
+
+def _build_value_model(lm_dir: Path, tokenizer, seed: int) -> None:
+    """The critic: the LM's backbone plus a value head drawn from ``seed``, next to the LM."""
+    import torch
+    from transformers import Qwen2ForTokenClassification
+
+    torch.manual_seed(seed + 1)
+    critic = Qwen2ForTokenClassification.from_pretrained(lm_dir, num_labels=1)
+    target = lm_dir.parent / "critic_model"
+    critic.save_pretrained(target)
     tokenizer.save_pretrained(target)
 
 

@@ -137,7 +137,7 @@ def dry_run_overrides(
     ]
     if not grpo:
         overrides += [
-            f"critic.model.path={model}",
+            f"critic.model.path={assets.critic_model}",
             "+critic.model.override_config.attn_implementation=sdpa",
             "critic.model.use_remove_padding=false",
             "critic.model.enable_gradient_checkpointing=false",
