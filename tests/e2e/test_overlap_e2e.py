@@ -121,29 +121,53 @@ def test_sequential_run_does_not_overlap(overlapped_and_sequential):
     assert run.series("split/overlapped") == [0.0, 0.0, 0.0]
 
 
-def test_overlap_changes_no_numbers(overlapped_and_sequential):
-    (over_dir, over), (seq_dir, seq) = overlapped_and_sequential["overlap"], overlapped_and_sequential["sequential"]
+def assert_same_numbers(over_dir: Path, over: PPORun, seq_dir: Path, seq: PPORun, tolerance: float) -> None:
     over.assert_ok()
     seq.assert_ok()
-    for key in ("critic/vf_loss", "actor/pg_loss", "actor/entropy", "critic/score/mean"):
-        assert over.series(key) == seq.series(key), key
+    for key in ("critic/vf_loss", "actor/pg_loss", "actor/entropy", "critic/score/mean", "critic/values/mean"):
+        a, b = over.series(key), seq.series(key)
+        assert len(a) == len(b) > 0, key
+        assert a == pytest.approx(b, rel=tolerance, abs=tolerance), key
     for role in ("actor", "critic"):
         a, b = final_weights(over_dir, role), final_weights(seq_dir, role)
         assert a.keys() == b.keys()
-        assert all(torch.equal(a[k], b[k]) for k in a), f"{role} weights differ"
+        for name in a:
+            assert torch.allclose(a[name], b[name], rtol=tolerance, atol=tolerance), f"{role} {name} differs"
 
 
-def test_critic_warmup_and_v0_trainer(tiny_assets, tmp_path):
-    """Step 1 is critic warm-up (critic only); step 2 overlaps, in the legacy trainer."""
-    run = run_split(
-        tiny_assets, tmp_path, steps=2, extra=["trainer.critic_warmup=1"], trainer="v0", SLOW_UPDATES_SLEEP="1"
-    )
-    run.assert_ok()
-    spans = worker_intervals(tmp_path)
-    assert len(spans["critic"]) == 2 and len(spans["actor"]) == 1, spans
-    assert shared_fraction(spans["actor"][0], spans["critic"][1]) >= 0.8
-    assert run.series("split/overlapped") == [0.0, 1.0]
-    assert len(run.series("split/actor_update_s")) == 1
+def test_overlap_changes_no_numbers(overlapped_and_sequential):
+    """v1 trainer: same losses and weights, up to float summation order.
+
+    verl's v1 trainer assembles a step's samples in TransferQueue in the order the
+    rollouts finish, which varies from run to run whatever the updates do, so sums over
+    the batch may differ in their last bits (seen: 1e-9 on critic/values/mean before any
+    update). The v0 test below, whose batches keep the data loader's order, checks for
+    bit-for-bit equality.
+    """
+    (over_dir, over), (seq_dir, seq) = overlapped_and_sequential["overlap"], overlapped_and_sequential["sequential"]
+    assert_same_numbers(over_dir, over, seq_dir, seq, tolerance=1e-5)
+
+
+def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, tmp_path_factory):
+    """Legacy trainer: step 1 is critic warm-up (critic only), steps 2-3 overlap; and the
+    same job without overlap gives bit-for-bit the same losses and weights."""
+    runs = {}
+    for name, overlap in (("overlap", "1"), ("sequential", "0")):
+        out = tmp_path_factory.mktemp(f"v0_{name}")
+        extra = ["trainer.critic_warmup=1", "trainer.save_freq=3"]
+        run = run_split(
+            tiny_assets, out, steps=3, extra=extra, trainer="v0", VERL_SPLIT_OVERLAP=overlap, SLOW_UPDATES_SLEEP="1"
+        )
+        run.assert_ok()
+        runs[name] = (out, run)
+    out, run = runs["overlap"]
+    spans = worker_intervals(out)
+    assert len(spans["critic"]) == 3 and len(spans["actor"]) == 2, spans
+    for actor, critic in zip(spans["actor"], spans["critic"][1:], strict=True):
+        assert shared_fraction(actor, critic) >= 0.8, (actor, critic)
+    assert run.series("split/overlapped") == [0.0, 1.0, 1.0]
+    assert len(run.series("split/actor_update_s")) == 2
+    assert_same_numbers(*runs["overlap"], *runs["sequential"], tolerance=0.0)
 
 
 def test_grpo_without_critic(tiny_assets, tmp_path):
