@@ -48,12 +48,10 @@ def _check_common(run, steps: int) -> None:
         assert len(set(ppl)) == len(ppl), f"policy did not move: {ppl}"
 
 
-def test_ppo_gae_with_critic_v1(tiny_assets, tmp_path):
+def test_ppo_gae_with_critic_v1(tiny_assets, tmp_path, main_ppo_runner):
     """3 PPO steps, GAE, a critic, verl's default (v1) trainer: < 5 min, < 8 GiB."""
     out = tmp_path / "gae_v1"
-    from conftest import run_main_ppo
-
-    run = run_main_ppo(dry_run_overrides(tiny_assets, STEPS, "gae", "v1", out), out)
+    run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "gae", "v1", out), out)
     _check_common(run, STEPS)
     for key in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean"):
         run.assert_finite(key)
@@ -65,23 +63,19 @@ def test_ppo_gae_with_critic_v1(tiny_assets, tmp_path):
     assert run.peak_pss_bytes < 8 * GIB
 
 
-def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path):
+def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     """GRPO (groups of 4 answers, KL loss against the reference), no critic, 2 logical GPUs."""
     out = tmp_path / "grpo_v1"
-    from conftest import run_main_ppo
-
-    run = run_main_ppo(dry_run_overrides(tiny_assets, STEPS, "grpo", "v1", out, n_gpus_per_node=2), out)
+    run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "grpo", "v1", out, n_gpus_per_node=2), out)
     _check_common(run, STEPS)
     assert not run.series("critic/vf_loss"), "GRPO must not train a critic"
     run.assert_finite("actor/kl_loss")
 
 
-def test_ppo_gae_legacy_trainer_two_gpus(tiny_assets, tmp_path):
+def test_ppo_gae_legacy_trainer_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     """The same PPO through ``trainer.use_v1=false`` (main_ppo_v0, RayPPOTrainer), 2 logical GPUs."""
     out = tmp_path / "gae_v0"
-    from conftest import run_main_ppo
-
-    run = run_main_ppo(dry_run_overrides(tiny_assets, STEPS, "gae", "v0", out, n_gpus_per_node=2), out)
+    run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "gae", "v0", out, n_gpus_per_node=2), out)
     _check_common(run, STEPS)
     run.assert_finite("critic/vf_loss")
     assert math.isfinite(run.wall_s)
