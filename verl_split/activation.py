@@ -34,14 +34,23 @@ class Seam:
 
 #: Every seam verl-split patches, per feature and verl release family.
 SEAMS: tuple[Seam, ...] = (
-    Seam("runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "split", ("0.9",)),
-    # Split placement: validate in the launching process, then apply in the trainer (v1) / TaskRunner (v0).
-    Seam("placement_check", "verl.utils.device", "verl_split.seams.placement_check", "split", ("0.9",)),
+    Seam("runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "split", ("0.7", "0.8", "0.9")),
+    # Split placement: validate in the launching process, then apply in the trainer (v1) / TaskRunner (v0);
+    # on 0.7/0.8 the TaskRunner is main_ppo's __main__, so in RayPPOTrainer's constructor.
+    Seam("placement_check", "verl.utils.device", "verl_split.seams.placement_check", "split", ("0.7", "0.8", "0.9")),
     Seam("placement_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.placement_v1", "split", ("0.9",)),
     Seam("placement_v0", "verl.trainer.main_ppo_v0", "verl_split.seams.placement_v0", "split", ("0.9",)),
-    # Concurrent actor and critic updates (verl_split/overlap.py).
+    Seam(
+        "placement_legacy", "verl.trainer.ppo.ray_trainer", "verl_split.seams.placement_legacy", "split", ("0.7", "0.8")
+    ),
+    # Concurrent actor and critic updates (verl_split/overlap.py); 0.7's legacy critic: verl_split/legacy.py.
     Seam("overlap_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.overlap_v1", "split", ("0.9",)),
-    Seam("overlap_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_v0", "split", ("0.9",)),
+    Seam("overlap_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_v0", "split", ("0.8", "0.9")),
+    Seam("overlap_legacy", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_legacy", "split", ("0.7",)),
+    Seam(
+        "legacy_critic_worker", "verl.workers.fsdp_workers", "verl_split.seams.legacy_critic_worker", "split", ("0.7",)
+    ),
+    Seam("legacy_dispatch", "verl.single_controller.ray.base", "verl_split.seams.legacy_dispatch", "split", ("0.7",)),
     # CPU dry run (VERL_SPLIT_CPU): verl_split/seams/cpu_*.py, one per verl file they answer.
     Seam("cpu_runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "cpu", ("0.9",)),
     Seam("cpu_platform", "verl.plugin.platform.platform_manager", "verl_split.seams.cpu_platform", "cpu", ("0.9",)),

@@ -8,7 +8,7 @@ from verl_split.errors import UnsupportedVerlError
 
 #: Supported release families, oldest first. A family is supported from its first
 #: release through its last patch release; each family has an adapter in ``seams``.
-SUPPORTED_FAMILIES: tuple[str, ...] = ("0.9",)
+SUPPORTED_FAMILIES: tuple[str, ...] = ("0.7", "0.8", "0.9")
 
 
 def installed_version(distribution: str = "verl") -> str | None:

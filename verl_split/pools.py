@@ -200,7 +200,8 @@ class SplitResourcePoolManager(ResourcePoolManager):
             self.resource_pool_dict[pool.name] = PinnedRayResourcePool(
                 process_on_nodes=pool.process_on_nodes,
                 use_gpu=True,
-                max_colocate_count=self.max_colocate_count,
+                # verl 0.7's manager has no max_colocate_count field and hard-codes 3 (single_controller/ray/base.py).
+                max_colocate_count=getattr(self, "max_colocate_count", 3),
                 name_prefix=pool.name,
                 node_ids=node_ids,
             )
@@ -248,6 +249,5 @@ def split_pool_manager(plan: Plan, manager: ResourcePoolManager) -> SplitResourc
     for name, counts in manager.resource_pool_spec.items():
         if name != STOCK_POOL and name not in spec:
             spec[name] = list(counts)
-    return SplitResourcePoolManager(
-        resource_pool_spec=spec, mapping=mapping, max_colocate_count=manager.max_colocate_count, plan=plan
-    )
+    extra = {"max_colocate_count": manager.max_colocate_count} if hasattr(manager, "max_colocate_count") else {}
+    return SplitResourcePoolManager(resource_pool_spec=spec, mapping=mapping, plan=plan, **extra)

@@ -1,0 +1,98 @@
+"""Load verl-split into verl releases that have no ``verl.plugins`` entry points (0.7, 0.8).
+
+verl 0.9 imports the ``verl.plugins`` entry points itself while ``import verl`` runs
+(``verl/__init__.py``); verl 0.7 and 0.8 only import the modules named in
+``VERL_USE_EXTERNAL_MODULES``, a variable users of verl-split must not have to set. So
+the wheel ships ``verl_split_activate.pth``: at interpreter start-up, and only when
+``VERL_SPLIT`` or ``VERL_SPLIT_CPU`` is in the environment, it imports this module,
+which puts one finder on ``sys.meta_path``. When ``verl`` is imported the finder lets
+verl's own loader run ``verl/__init__.py`` and then imports ``verl_split._bootstrap``,
+the very module the 0.9 entry point names, unless verl's release loads entry points
+itself. Ray starts every worker with the same interpreter, so the same happens there.
+
+Standard library only, no wrapt (it would be imported into every process of the run).
+Idempotent: a ``.pth`` line can run twice in a virtual environment (CPython issue
+75723), but a module runs once per process, and the finder is installed once. The
+bootstrap also runs at most once: whichever path imports ``verl_split._bootstrap``
+first runs it, a second import is a no-op.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from types import ModuleType
+
+#: The first verl release family whose ``verl/__init__.py`` loads ``verl.plugins`` entry points.
+_ENTRY_POINTS_SINCE = (0, 9)
+
+
+def _loads_entry_points(version: str) -> bool:
+    """True for verl releases that import ``verl.plugins`` entry points themselves."""
+    parts = []
+    for part in version.split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= _ENTRY_POINTS_SINCE
+
+
+class _BootstrapAfterVerl(importlib.abc.Loader):
+    """verl's own loader, followed by verl-split's bootstrap."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # verl sees its own loader (importlib.resources, inspect); this one only runs once.
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        if "verl_split._bootstrap" in sys.modules:
+            return  # verl 0.9 loaded it through the entry point, or the user named it in VERL_USE_EXTERNAL_MODULES
+        if _loads_entry_points(str(getattr(module, "__version__", "0"))):
+            return  # verl loads entry points, and its own policy (VERL_USE_EXTERNAL_PLUGINS) said no
+        # Raises ActivationFailed (a SystemExit) on a bad setting or an unsupported verl:
+        # `import verl` then fails with verl-split's message, as with the entry point.
+        import verl_split._bootstrap  # noqa: F401
+
+
+class VerlImportFinder(importlib.abc.MetaPathFinder):
+    """Hand out ``verl``'s spec with :class:`_BootstrapAfterVerl`; then step aside."""
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname != "verl":
+            return None
+        uninstall()  # one shot: verl is imported once per process
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _BootstrapAfterVerl(spec.loader)
+        return spec
+
+
+def installed() -> bool:
+    return any(isinstance(f, VerlImportFinder) for f in sys.meta_path)
+
+
+def install() -> None:
+    """Put the finder first on ``sys.meta_path``, once; nothing if verl is imported already."""
+    if "verl" in sys.modules or installed():
+        return
+    sys.meta_path.insert(0, VerlImportFinder())
+
+
+def uninstall() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, VerlImportFinder)]
+
+
+install()
