@@ -60,7 +60,9 @@ def test_ppo_gae_with_critic_v1(tiny_assets, tmp_path, main_ppo_runner):
         f"peak PSS sum {run.peak_pss_bytes / GIB:.2f} GiB"
     )
     assert run.wall_s < 300
-    assert run.peak_pss_bytes < 8 * GIB
+    # Sum over every process of the run (main_ppo, Ray, all workers), sampled every 0.25 s
+    # from /proc: RSS counts shared library pages once per process, so it is the upper bound.
+    assert run.peak_rss_bytes < 8 * GIB
 
 
 def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
