@@ -20,11 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from verl_split import report, settings
 from verl_split.assets import TinyAssets, make_tiny_assets
+from verl_split.errors import VerlSplitError
 
 DEFAULT_STEPS = 3
 DEFAULT_OUT = "verl_split_demo"
 METRICS_FILE = "metrics.jsonl"
+TIMELINE_FILE = "timeline.json"
+PLOT_FILE = "update_times.png"
 
 #: Logical GPUs and CPUs Ray announces. verl's pools and checks count GPUs, and each
 #: worker actor asks for one logical CPU; well above the physical cores is fine, the
@@ -39,7 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)")
     parser.add_argument("--algo", choices=("gae", "grpo"), default="gae", help="advantage estimator")
     parser.add_argument("--trainer", choices=("v1", "v0"), default="v1", help="verl trainer (trainer.use_v1)")
-    parser.add_argument("--gpus", type=int, default=1, help="logical GPUs per node for the run (default 1)")
+    parser.add_argument(
+        "--gpus", type=int, default=None, help="logical GPUs per node (default: 2 with VERL_SPLIT=1, else 1)"
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="with VERL_SPLIT=1: run the job again with VERL_SPLIT_OVERLAP=0 and plot both",
+    )
     parser.add_argument("--out", default=DEFAULT_OUT, help="output folder (default ./%(default)s)")
     parser.add_argument("--assets", default=None, help="cache folder for the tiny assets (default OUT/assets)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
@@ -187,17 +198,69 @@ def main_ppo_command(overrides: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        split = settings.read().enabled
+    except VerlSplitError as exc:
+        print(f"verl-split demo: {exc}", file=sys.stderr)
+        return 2
+    gpus = args.gpus or (2 if split else 1)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     assets = make_tiny_assets(args.assets or out / "assets")
-    overrides = dry_run_overrides(assets, args.steps, args.algo, args.trainer, out, args.gpus) + list(args.overrides)
+    overrides = dry_run_overrides(assets, args.steps, args.algo, args.trainer, out, gpus) + list(args.overrides)
+    mode = "split placement" if split else "stock placement (set VERL_SPLIT=1 for split placement)"
+    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {args.trainer}, {gpus} logical GPU(s), {mode}")
+    if split and not _print_placement(overrides):
+        return 2
+    env = dict(os.environ)
+    if split:
+        env.setdefault("VERL_SPLIT_TRACE", str(out / TIMELINE_FILE))
+    code = _run_job(overrides, out, env)
+    if code != 0:
+        return code
+    sequential_rows: list[dict[str, float]] = []
+    if split and args.compare:
+        seq_out = out / "sequential"
+        seq_overrides = dry_run_overrides(assets, args.steps, args.algo, args.trainer, seq_out, gpus)
+        print("verl-split demo: the same job with VERL_SPLIT_OVERLAP=0, for comparison", flush=True)
+        seq_env = {k: v for k, v in env.items() if k != "VERL_SPLIT_TRACE"}
+        code = _run_job(seq_overrides + list(args.overrides), seq_out, {**seq_env, "VERL_SPLIT_OVERLAP": "0"})
+        if code != 0:
+            return code
+        sequential_rows = report.step_rows(read_metrics(seq_out / METRICS_FILE))
+    rows = report.step_rows(read_metrics(out / METRICS_FILE))
+    print(f"\nverl-split demo: per-step metrics in {out / METRICS_FILE}")
+    if not rows:
+        print("(no split/* metrics: the run used stock placement, or no step had a critic update)")
+        return 0
+    print(report.summary_table(rows, sequential_rows))
+    if split and Path(env["VERL_SPLIT_TRACE"]).exists():
+        print(f"timeline of the updates per pool (chrome://tracing, ui.perfetto.dev): {env['VERL_SPLIT_TRACE']}")
+    plot = out / PLOT_FILE
+    report.plot_update_times(rows, sequential_rows, plot)
+    print(f"plot of the update times per step: {plot}")
+    return 0
+
+
+def _print_placement(overrides: list[str]) -> bool:
+    """Plan the run's placement from its composed config, as the run will, and draw it."""
+    from verl_split import placement, plan_cli
+
+    try:
+        plan = placement.plan_from_config(plan_cli.compose_config("ppo_trainer", None, overrides))
+    except VerlSplitError as exc:
+        print(f"verl-split demo: {exc}", file=sys.stderr)
+        return False
+    print(placement.render_plan(plan), flush=True)
+    return True
+
+
+def _run_job(overrides: list[str], out: Path, env: dict[str, str]) -> int:
+    out.mkdir(parents=True, exist_ok=True)
     metrics = out / METRICS_FILE
     if metrics.exists():
         metrics.unlink()
-    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {args.trainer}; metrics -> {metrics}", flush=True)
-    completed = subprocess.run(main_ppo_command(overrides), env=run_environment(out), cwd=out)
-    if completed.returncode == 0:
-        print(f"verl-split demo: done; per-step metrics in {metrics}")
-    else:
+    completed = subprocess.run(main_ppo_command(overrides), env=run_environment(out, env), cwd=out)
+    if completed.returncode != 0:
         print(f"verl-split demo: verl exited with status {completed.returncode}", file=sys.stderr)
     return completed.returncode

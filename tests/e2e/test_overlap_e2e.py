@@ -154,7 +154,7 @@ def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, t
     runs = {}
     for name, overlap in (("overlap", "1"), ("sequential", "0")):
         out = tmp_path_factory.mktemp(f"v0_{name}")
-        extra = ["trainer.critic_warmup=1", "trainer.save_freq=3"]
+        extra = ["trainer.critic_warmup=2", "trainer.save_freq=3"]  # steps count from 1: step 1 warms up
         run = run_split(
             tiny_assets, out, steps=3, extra=extra, trainer="v0", VERL_SPLIT_OVERLAP=overlap, SLOW_UPDATES_SLEEP="1"
         )
