@@ -7,6 +7,7 @@
 #   bash run_tiny_cpu.sh                                   # 3 steps into ./verl_split_tiny
 #   OUT=/tmp/tiny STEPS=2 bash run_tiny_cpu.sh             # elsewhere, fewer steps
 #   bash run_tiny_cpu.sh trainer.total_training_steps=5    # extra hydra overrides come last
+#   ASSETS=~/.cache/verl_split_tiny bash run_tiny_cpu.sh    # keep the tiny assets elsewhere
 #
 # Per-step metrics (split/* included) land in $OUT/metrics.jsonl.
 set -euo pipefail
@@ -19,19 +20,20 @@ GPUS="${GPUS:-2}"
 
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+ASSETS="${ASSETS:-$OUT/assets}"  # made once, reused while their version matches
 
 # The CPU dry run's assets, overrides and environment come from verl-split itself (the same ones
 # `verl-split demo` and the tests use), so this script cannot drift from what they check.
 # Written to files rather than printed: importing torch and transformers may print to stdout.
-"$PYTHON" - "$OUT" "$STEPS" "$GPUS" <<'PY'
+"$PYTHON" - "$OUT" "$STEPS" "$GPUS" "$ASSETS" <<'PY'
 import os
 import sys
 
 from verl_split.assets import make_tiny_assets
 from verl_split.demo import dry_run_overrides, run_environment
 
-out, steps, gpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-assets = make_tiny_assets(os.path.join(out, "assets"))
+out, steps, gpus, assets_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+assets = make_tiny_assets(assets_dir)
 with open(os.path.join(out, "overrides.txt"), "w") as f:
     f.write("\n".join(dry_run_overrides(assets, steps=steps, out_dir=out, n_gpus_per_node=gpus)) + "\n")
 # Only what run_environment adds or changes (VERL_SPLIT_CPU=1, the metrics file, thread counts).
