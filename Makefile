@@ -13,8 +13,9 @@ $(BIN)/verl-split: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
+# Split placement and overlapped updates on CPU, then the same job without overlap, for the plot.
 demo: $(BIN)/verl-split
-	$(BIN)/verl-split demo
+	VERL_SPLIT=1 $(BIN)/verl-split demo --compare --out demo_output
 
 test: $(BIN)/verl-split
 	$(BIN)/ruff check .
