@@ -5,11 +5,23 @@ from __future__ import annotations
 import pytest
 from pyrun import run_json, run_python
 
+from verl_split import compat
+
+FAMILY = compat.family_of(compat.installed_version() or "0")
+#: verl 0.9+ imports the ``verl.plugins`` entry point (the bootstrap) in every process; 0.7/0.8
+#: import nothing of verl-split unless VERL_SPLIT or VERL_SPLIT_CPU is set (verl_split_activate.pth).
+ENTRY_POINTS = tuple(int(p) for p in FAMILY.split(".")) >= (0, 9)
+BOOTSTRAP_ONLY = ["verl_split", "verl_split._bootstrap", "verl_split.errors", "verl_split.settings"]
+UNSET_MODULES = BOOTSTRAP_ONLY if ENTRY_POINTS else []
+
 # Prints a fingerprint of every function and method in the modules verl-split patches:
 # what kind of object each is, where its code lives, and its verl `register` metadata.
 FINGERPRINT = """
-import importlib, inspect, json
+import importlib, inspect, json, re
+from verl_split import compat
 from verl_split.activation import SEAMS
+
+FAMILY = compat.family_of(compat.installed_version())
 
 def fingerprint():
     from verl.single_controller.base.decorator import MAGIC_ATTR
@@ -17,8 +29,10 @@ def fingerprint():
     def describe(obj):
         code = getattr(obj, "__code__", None)
         where = f"{code.co_filename}:{code.co_firstlineno}" if code else None
-        return [type(obj).__name__, where, repr(getattr(obj, MAGIC_ATTR, None)), id(obj)]
-    for target in sorted({s.target for s in SEAMS}):
+        # Addresses inside the register metadata (dispatch functions) differ from process to process.
+        attrs = re.sub(r" at 0x[0-9a-f]+", "", repr(getattr(obj, MAGIC_ATTR, None)))
+        return [type(obj).__name__, where, attrs, id(obj)]
+    for target in sorted({s.target for s in SEAMS if FAMILY in s.families}):
         module = importlib.import_module(target)
         for name, value in vars(module).items():
             if callable(value) and getattr(value, "__module__", None) == target:
@@ -65,12 +79,9 @@ print(json.dumps({"fp": fp, "modules": mods, "wrapt": "wrapt" in sys.modules}))
     )
     assert result["fp"] == stock
     # FINGERPRINT itself imports verl_split.activation; everything else must be the stdlib bootstrap.
-    assert set(result["modules"]) - {"verl_split.activation", "verl_split.compat", "verl_split._wrapping"} == {
-        "verl_split",
-        "verl_split._bootstrap",
-        "verl_split.errors",
-        "verl_split.settings",
-    }
+    fingerprint_modules = {"verl_split.activation", "verl_split.compat", "verl_split._wrapping", "verl_split.log"}
+    assert set(result["modules"]) - fingerprint_modules <= set(BOOTSTRAP_ONLY)
+    assert "verl_split._startup" not in result["modules"]
 
 
 def test_unset_imports_only_the_bootstrap():
@@ -81,10 +92,7 @@ mods = sorted(m for m in sys.modules if m.startswith("verl_split"))
 print(json.dumps({"modules": mods, "wrapt": "wrapt" in sys.modules}))
 """
     )
-    assert result == {
-        "modules": ["verl_split", "verl_split._bootstrap", "verl_split.errors", "verl_split.settings"],
-        "wrapt": False,
-    }
+    assert result == {"modules": UNSET_MODULES, "wrapt": False}
 
 
 @pytest.mark.parametrize("value", ["0", "false", "No", "off", ""])
@@ -181,7 +189,7 @@ def fake_old_verl(tmp_path):
 def test_unsupported_verl_stops_with_versions_named(fake_old_verl):
     proc = run_python("import verl", env={"VERL_SPLIT": "1", "PYTHONPATH": fake_old_verl})
     assert proc.returncode != 0
-    assert "verl 0.5.0 is installed, but verl-split supports verl 0.9.x" in proc.stderr
+    assert f"verl 0.5.0 is installed, but verl-split supports verl {compat.supported_range_text()}" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -6,7 +6,18 @@ Each runs verl's own pool-building method on a config composed from verl's ``ppo
 
 from __future__ import annotations
 
+import pytest
 from pyrun import run_json, run_python
+
+from verl_split import compat
+
+VERSION = compat.installed_version() or "0"
+FAMILY = compat.family_of(VERSION)
+LEGACY = FAMILY in ("0.7", "0.8")
+only_09 = pytest.mark.skipif(LEGACY, reason=f"verl {VERSION}: the v1 trainer and main_ppo_v0 are verl 0.9's")
+only_legacy = pytest.mark.skipif(
+    not LEGACY, reason=f"verl {VERSION}: main_ppo's own TaskRunner and RayPPOTrainer placement are 0.7/0.8's"
+)
 
 SETUP = """
 import json
@@ -45,6 +56,7 @@ print(json.dumps(out))
 )
 
 
+@only_09
 def test_v1_trainer_gets_the_plan():
     out = run_json(V1, {"VERL_SPLIT": "1", "VERL_SPLIT_PLACEMENT": "halves"})
     ppo = out["ppo"]
@@ -61,6 +73,7 @@ def test_v1_trainer_gets_the_plan():
     assert "Critic" not in out["grpo"]["mapping"]
 
 
+@only_09
 def test_v1_without_verl_split_is_stock():
     out = run_json(V1, {})
     assert out["ppo"]["type"] == "ResourcePoolManager"
@@ -88,6 +101,7 @@ print(json.dumps(out))
 )
 
 
+@only_09
 def test_v0_task_runner_gets_the_plan_and_unpatch_restores_it():
     out = run_json(V0, {"VERL_SPLIT": "1"})
     assert out["type"] == "SplitResourcePoolManager"
@@ -101,10 +115,73 @@ def test_v0_task_runner_gets_the_plan_and_unpatch_restores_it():
     assert out["stock_after_unpatch"] == "ResourcePoolManager"
 
 
+LEGACY_TRAINER = (
+    SETUP
+    + """
+import verl.trainer.main_ppo as main_ppo
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl_split import activation
+class Trainer(RayPPOTrainer):
+    def _create_dataloader(self, *args, **kwargs): ...  # no data here: only the pool wiring runs
+def build(config):
+    runner = main_ppo.TaskRunner()  # verl 0.7/0.8: the plain class main_ppo wraps in ray.remote
+    runner.add_actor_rollout_worker(config)
+    runner.add_critic_worker(config)
+    runner.add_reward_model_resource_pool(config)
+    trainer = Trainer(config=config, tokenizer=None, role_worker_mapping=runner.role_worker_mapping,
+                      resource_pool_manager=runner.init_resource_pool_mgr(config))
+    out = describe(trainer.resource_pool_manager)
+    out["same_dict"] = trainer.resource_pool_manager.mapping is runner.mapping
+    return out
+out = {"split": build(cfg("+split_placement.placement=6:2", "reward.reward_model.enable=true"))}
+activation.deactivate()
+out["after_unpatch"] = build(cfg())["type"]
+print(json.dumps(out))
+"""
+)
+
+
+@only_legacy
+def test_legacy_trainer_gets_the_plan_and_unpatch_restores_it():
+    out = run_json(LEGACY_TRAINER, {"VERL_SPLIT": "1"})
+    split = out["split"]
+    assert split["type"] == "SplitResourcePoolManager" and split["same_dict"]
+    assert split["spec"] == {"actor_rollout_ref_pool": [6, 6], "critic_pool": [2, 2]}
+    assert split["mapping"] == {
+        "ActorRollout": "actor_rollout_ref_pool",
+        "Critic": "critic_pool",
+        "RewardModel": "critic_pool",
+    }
+    assert out["after_unpatch"] == "ResourcePoolManager"
+
+
+@only_legacy
+def test_legacy_trainer_without_verl_split_is_stock():
+    out = run_json(LEGACY_TRAINER.replace("activation.deactivate()", ""), {})
+    assert out["split"]["type"] == "ResourcePoolManager"
+    assert out["split"]["spec"] == {"global_pool": [8, 8]}
+
+
+#: Per family, (module, owner attribute or "", attribute) of each placement seam's target.
+PLACEMENT_TARGETS = {
+    "0.9": [
+        ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer", "_init_resource_pool_mgr"),
+        ("verl.trainer.main_ppo_v0", "BaseTaskRunner", "init_resource_pool_mgr"),
+        ("verl.utils.device", "", "auto_set_device"),
+    ],
+    "legacy": [
+        ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer", "__init__"),
+        ("verl.utils.device", "", "auto_set_device"),
+    ],
+}
+
+
 def test_patch_before_and_after_import_and_twice():
-    code = """
-    import json
-    import verl.trainer.ppo.v1.trainer_base as tb, verl.trainer.main_ppo_v0 as v0, verl.utils.device as dev
+    targets = PLACEMENT_TARGETS["legacy" if LEGACY else FAMILY]
+    code = f"""
+    import importlib, json
+    targets = {targets!r}
+    owners = [getattr(importlib.import_module(m), o) if o else importlib.import_module(m) for m, o, _ in targets]
     from verl_split import activation
     activation.activate(split=True)
     activation.activate(split=True)
@@ -113,12 +190,11 @@ def test_patch_before_and_after_import_and_twice():
         while getattr(obj, "_self_verl_split", False):
             n, obj = n + 1, obj.__wrapped__
         return n
-    print(json.dumps([layers(vars(tb.PPOTrainer)["_init_resource_pool_mgr"]),
-                      layers(vars(v0.BaseTaskRunner)["init_resource_pool_mgr"]),
-                      layers(vars(dev)["auto_set_device"])]))
+    print(json.dumps([layers(vars(owner)[attr]) for owner, (_, _, attr) in zip(owners, targets)]))
     """
-    assert run_json(code, {}) == [1, 1, 1]  # imported first, then patched (twice)
-    assert run_json(code, {"VERL_SPLIT": "1"}) == [1, 1, 1]  # patched on import, then activated again
+    expected = [1] * len(targets)
+    assert run_json(code, {}) == expected  # imported first, then patched (twice)
+    assert run_json(code, {"VERL_SPLIT": "1"}) == expected  # patched on import, then activated again
 
 
 def test_bad_placement_stops_the_launch_before_ray_starts():

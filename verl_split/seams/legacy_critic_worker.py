@@ -12,7 +12,8 @@ import functools
 from types import ModuleType
 
 _ATTR = "update_critic"
-_MARK = "_verl_split_deferred"
+#: The marker every verl-split layer carries (wrapt wrappers too, see _wrapping.VerlSplitWrapper).
+_MARK = "_self_verl_split"
 
 
 def _deferred_copy(original):
