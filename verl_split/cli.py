@@ -27,10 +27,11 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verl-split", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"verl-split {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    asked = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         # Load only the module of the subcommand asked for (its arguments are needed then).
-        if name in argv:
+        if name == asked:
             importlib.import_module(module_name).add_arguments(sub_parser)
     return parser
 

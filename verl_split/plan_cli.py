@@ -85,10 +85,12 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
             if args.rollout_tp > 1
             else (),
         )
-        chosen = planner.parse_placement(
-            args.placement or env_placement,
-            source="--placement" if args.placement else "VERL_SPLIT_PLACEMENT",
-        )
+        if args.placement:
+            chosen = planner.parse_placement(args.placement, source="--placement")
+        elif env_placement:
+            chosen = planner.parse_placement(env_placement, source="VERL_SPLIT_PLACEMENT")
+        else:
+            chosen = planner.parse_placement(planner.DEFAULT_PLACEMENT, source="default placement")
         nnodes = 1 if args.nnodes is None else args.nnodes
         per_node = 8 if args.n_gpus_per_node is None else args.n_gpus_per_node
     cluster = planner.Cluster(nnodes=nnodes, n_gpus_per_node=per_node)

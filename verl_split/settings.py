@@ -50,7 +50,7 @@ class Settings:
     """What the environment asks of verl-split in this process."""
 
     enabled: bool = False
-    placement: str = "halves"
+    placement: str = ""  # VERL_SPLIT_PLACEMENT as given; empty when unset (the planner then uses halves)
     overlap: bool = True
     cpu: bool = False
     trace_path: str = ""
@@ -68,7 +68,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(f"unknown variable {', '.join(unknown)}; verl-split reads only {', '.join(VARIABLES)}.")
     return Settings(
         enabled=parse_switch("VERL_SPLIT", env.get("VERL_SPLIT"), False),
-        placement=(env.get("VERL_SPLIT_PLACEMENT") or "halves").strip(),
+        placement=(env.get("VERL_SPLIT_PLACEMENT") or "").strip(),
         overlap=parse_switch("VERL_SPLIT_OVERLAP", env.get("VERL_SPLIT_OVERLAP"), True),
         cpu=parse_switch("VERL_SPLIT_CPU", env.get("VERL_SPLIT_CPU"), False),
         trace_path=(env.get("VERL_SPLIT_TRACE") or "").strip(),
