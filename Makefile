@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast lint
+.PHONY: demo test test-fast lint test-oldest test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,23 @@ demo: $(BIN)/verl-split
 test: $(BIN)/verl-split
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+	$(MAKE) test-oldest
 
 test-fast: $(BIN)/verl-split
 	$(BIN)/python -m pytest -m "not e2e"
 
 lint: $(BIN)/verl-split
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# The oldest supported verl family in its own environment (.venvs/verl-$(OLDEST_FAMILY), made by
+# scripts/family-env.sh): activation, placement and the legacy-worker overlap, on real Ray.
+OLDEST_FAMILY ?= 0.7
+OLDEST_TESTS := tests/test_activation.py tests/test_activation_startup.py tests/test_activation_ray.py \
+	tests/test_placement_seams.py tests/e2e/test_overlap_legacy_workers.py
+test-oldest:
+	scripts/family-env.sh $(OLDEST_FAMILY)
+	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_TESTS)
+
+# The whole suite on every family with a constraints file (not in CI: it takes long).
+test-all-families:
+	scripts/test-all-families.sh

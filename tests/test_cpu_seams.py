@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from families import needs_cpu_dry_run
 from pyrun import run_json
+
+pytestmark = needs_cpu_dry_run
 
 CPU_SEAMS = [
     "cpu_platform",

@@ -18,10 +18,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from families import needs_cpu_dry_run
 
 from verl_split.demo import dry_run_overrides
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, needs_cpu_dry_run]
 
 #: Largest |p_rollout - p_actor| allowed per response token (fp32 on both sides: ~3e-9).
 PROB_TOLERANCE = 1e-5

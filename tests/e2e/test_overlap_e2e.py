@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import PPORun, run_main_ppo
+from families import needs_cpu_dry_run
 
 from verl_split.demo import dry_run_overrides
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, needs_cpu_dry_run]
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 SLEEP_S = 2.0

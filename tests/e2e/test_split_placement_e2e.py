@@ -9,10 +9,11 @@ each pool in its own placement group pinned to its planned node.
 from __future__ import annotations
 
 import pytest
+from families import needs_cpu_dry_run
 
 from verl_split.demo import dry_run_overrides
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, needs_cpu_dry_run]
 
 STEPS = 2
 
