@@ -10,7 +10,7 @@ $(BIN)/verl-split: pyproject.toml
 	$(BIN)/pip install -q -U pip
 	# The CPU build of torch first, pinned: an unpinned torch would pull gigabytes of CUDA.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' -c constraints/verl-0.9.txt
 	touch $@
 
 # Split placement and overlapped updates on CPU, then the same job without overlap, for the plot.
