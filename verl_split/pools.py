@@ -30,7 +30,7 @@ from ray.util.placement_group import PlacementGroup, placement_group
 from verl.single_controller.ray.base import RayResourcePool, ResourcePoolManager
 
 from verl_split.errors import PlacementError
-from verl_split.placement import Plan
+from verl_split.placement import Plan, plan_from_config
 
 logger = logging.getLogger("verl_split")
 
@@ -251,3 +251,14 @@ def split_pool_manager(plan: Plan, manager: ResourcePoolManager) -> SplitResourc
             spec[name] = list(counts)
     extra = {"max_colocate_count": manager.max_colocate_count} if hasattr(manager, "max_colocate_count") else {}
     return SplitResourcePoolManager(resource_pool_spec=spec, mapping=mapping, plan=plan, **extra)
+
+
+def install_plan_on_trainer(trainer: Any) -> None:
+    """Plan a trainer's config and give the trainer the split, node-pinned pool manager.
+
+    For trainers that build their ``resource_pool_manager`` themselves before creating any
+    pool: verl 0.9's v1 ``PPOTrainer`` and the 0.7/0.8 ``RayPPOTrainer``.
+    """
+    plan = plan_from_config(trainer.config)
+    trainer.resource_pool_manager = split_pool_manager(plan, trainer.resource_pool_manager)
+    announce_plan(plan)

@@ -17,11 +17,8 @@ from verl_split import _wrapping
 def _wrap_init_resource_pool_mgr(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
     from verl_split import pools
-    from verl_split.placement import plan_from_config
 
-    plan = plan_from_config(instance.config)
-    instance.resource_pool_manager = pools.split_pool_manager(plan, instance.resource_pool_manager)
-    pools.announce_plan(plan)
+    pools.install_plan_on_trainer(instance)
     return result
 
 
