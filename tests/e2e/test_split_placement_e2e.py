@@ -8,6 +8,10 @@ each pool in its own placement group pinned to its planned node.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 from families import needs_cpu_dry_run
 
@@ -16,6 +20,28 @@ from verl_split.demo import dry_run_overrides
 pytestmark = [pytest.mark.e2e, needs_cpu_dry_run]
 
 STEPS = 2
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+
+
+def where_updates_ran(out: Path, **env: str) -> dict[str, str]:
+    """Environment that loads the test plugin logging, from inside the workers, where each update ran."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES"))},
+        **env,
+        "PYTHONPATH": os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
+        "VERL_USE_EXTERNAL_MODULES": "slow_updates",
+        "SLOW_UPDATES_LOG": str(out / "updates.jsonl"),
+    }
+
+
+def update_sites(out: Path) -> dict[str, set[tuple[int, str]]]:
+    """Per role, the (process id, placement group id) its updates ran in, as the workers saw it."""
+    sites: dict[str, set[tuple[int, str]]] = {"actor": set(), "critic": set()}
+    for line in (out / "updates.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "placement_group" in record:
+            sites[record["role"]].add((record["pid"], record["placement_group"]))
+    return sites
 
 
 def test_ppo_gae_split_halves_v1(tiny_assets, tmp_path):
@@ -23,8 +49,13 @@ def test_ppo_gae_split_halves_v1(tiny_assets, tmp_path):
 
     out = tmp_path / "split_v1"
     overrides = dry_run_overrides(tiny_assets, STEPS, "gae", "v1", out, n_gpus_per_node=2)
-    run = run_main_ppo(overrides, out, env={"VERL_SPLIT": "1", "VERL_SPLIT_PLACEMENT": "halves"})
+    out.mkdir(parents=True)
+    run = run_main_ppo(overrides, out, env=where_updates_ran(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves"))
     run.assert_ok()
+    sites = update_sites(out)
+    (actor_pid, actor_pg), (critic_pid, critic_pg) = sites["actor"].pop(), sites["critic"].pop()
+    assert not sites["actor"] and not sites["critic"], "one worker per pool expected"
+    assert actor_pid != critic_pid and actor_pg != critic_pg
     assert "Creating resource pool: actor_rollout_ref_pool with [1] GPUs" in run.log
     assert "Creating resource pool: critic_pool with [1] GPUs" in run.log
     assert "Pinned resource pool actor_rollout_ref_pool to plan nodes [0]" in run.log
@@ -33,6 +64,21 @@ def test_ppo_gae_split_halves_v1(tiny_assets, tmp_path):
     assert [m["step"] for m in run.metrics] == list(range(1, STEPS + 1))
     for key in ("critic/vf_loss", "actor/pg_loss"):
         run.assert_finite(key)
+
+
+def test_without_verl_split_the_layout_is_stock(tiny_assets, tmp_path):
+    from conftest import run_main_ppo
+
+    out = tmp_path / "stock"
+    out.mkdir(parents=True)
+    overrides = dry_run_overrides(tiny_assets, 1, "gae", "v1", out, n_gpus_per_node=2)
+    run = run_main_ppo(overrides, out, env=where_updates_ran(out))
+    run.assert_ok()
+    assert "Creating resource pool" not in run.log and "split/overlapped" not in run.metrics[0]
+    sites = update_sites(out)
+    # Stock verl: one global_pool, actor and critic fused into the same worker processes.
+    assert {pg for _, pg in sites["actor"]} == {pg for _, pg in sites["critic"]}
+    assert {pid for pid, _ in sites["actor"]} == {pid for pid, _ in sites["critic"]}
 
 
 def test_bad_placement_stops_main_ppo_before_ray(tiny_assets, tmp_path):

@@ -6,7 +6,8 @@ methods of ``verl/workers/engine_workers.py``, so the intervals it logs are meas
 inside the worker processes, independently of what verl-split measures in the trainer.
 
 Environment:
-- ``SLOW_UPDATES_LOG``: JSON-lines file: a line when an update starts (role, pid, start)
+- ``SLOW_UPDATES_LOG``: JSON-lines file: a line when an update starts (role, pid, start, and
+  the Ray placement group the worker runs in)
   and one when it ends (role, pid, start, end).
 - ``SLOW_UPDATES_SLEEP``: seconds to sleep at the start of each update (default 0).
 - ``SLOW_UPDATES_FAIL``: ``critic`` or ``actor``: raise inside that update.
@@ -33,6 +34,12 @@ def _log(record: dict) -> None:
             f.write(json.dumps(record) + "\n")
 
 
+def _placement_group() -> str | None:
+    import ray
+
+    return ray.get_runtime_context().get_placement_group_id()
+
+
 def _instrument(role, original):
     @functools.wraps(original)  # keeps verl's `register` metadata (verl's MAGIC_ATTR)
     def update(self, *args, **kwargs):
@@ -41,7 +48,7 @@ def _instrument(role, original):
         if role == "critic" and getattr(_inside_actor_update, "active", False):
             return original(self, *args, **kwargs)
         start = time.time()
-        _log({"role": role, "pid": os.getpid(), "start": start})
+        _log({"role": role, "pid": os.getpid(), "start": start, "placement_group": _placement_group()})
         time.sleep(float(os.environ.get("SLOW_UPDATES_SLEEP", "0")))
         if os.environ.get("SLOW_UPDATES_KILL") == role:
             os._exit(1)
