@@ -604,7 +604,7 @@ def _check_parallel_sizes(plan: Plan, req: Requirements) -> None:
 # --------------------------------------------------------------------------- from verl's config
 
 
-def _select(config: Any, dotted: str, default: Any = None) -> Any:
+def select_key(config: Any, dotted: str, default: Any = None) -> Any:
     """``config.a.b.c`` for an OmegaConf config or nested dicts; ``default`` when any part is missing."""
     node = config
     for part in dotted.split("."):
@@ -620,7 +620,7 @@ def _select(config: Any, dotted: str, default: Any = None) -> Any:
 
 
 def _size(config: Any, key: str) -> int:
-    value = _select(config, key, 1)
+    value = select_key(config, key, 1)
     if isinstance(value, bool) or not isinstance(value, int):
         return 1
     return value
@@ -630,14 +630,14 @@ def requirements_from_config(config: Any) -> Requirements:
     """Read what a placement must satisfy from verl's (OmegaConf or dict) trainer config."""
     # The critic rule of verl/trainer/ppo/utils.py need_critic, restated so that this module
     # imports no verl: critic.enable decides when set, else the advantage estimator is GAE.
-    enable = _select(config, "critic.enable")
-    estimator = str(_select(config, "algorithm.adv_estimator", "gae"))
+    enable = select_key(config, "critic.enable")
+    estimator = str(select_key(config, "algorithm.adv_estimator", "gae"))
     if enable is not None:
         critic, reason = bool(enable), f"critic.enable={bool(enable)}"
     else:
         critic, reason = estimator.lower() == "gae", f"algorithm.adv_estimator={estimator}"
-    reward_enabled = bool(_select(config, "reward.reward_model.enable", False))
-    own_pool = bool(_select(config, "reward.reward_model.enable_resource_pool", False))
+    reward_enabled = bool(select_key(config, "reward.reward_model.enable", False))
+    own_pool = bool(select_key(config, "reward.reward_model.enable_resource_pool", False))
 
     parallel: list[ParallelSize] = []
     rollout = "actor_rollout_ref.rollout"
@@ -664,7 +664,7 @@ def requirements_from_config(config: Any) -> Requirements:
             f"{prefix}.{fsdp}.fsdp_size",
         ):
             parallel.append(ParallelSize(role, _size(config, key), key))
-        if str(_select(config, f"{prefix}.strategy", "")) == "megatron":
+        if str(select_key(config, f"{prefix}.strategy", "")) == "megatron":
             mega = f"{prefix}.megatron"
             size = (
                 _size(config, f"{mega}.tensor_model_parallel_size")
@@ -695,7 +695,7 @@ def placement_from_config(config: Any, env_value: str | None = None) -> Placemen
     The config is the run's own, recorded setting (hydra logs it with the run); the environment
     variable is a default for every run of a shell, so the more specific one wins.
     """
-    block = _select(config, "split_placement")
+    block = select_key(config, "split_placement")
     if block is not None:
         if hasattr(block, "items") and not isinstance(block, Mapping):
             block = dict(block.items())
@@ -740,8 +740,8 @@ def _plain(value: Any) -> Any:
 
 
 def cluster_from_config(config: Any) -> Cluster:
-    nnodes = _select(config, "trainer.nnodes")
-    per_node = _select(config, "trainer.n_gpus_per_node")
+    nnodes = select_key(config, "trainer.nnodes")
+    per_node = select_key(config, "trainer.n_gpus_per_node")
     return Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
 
 

@@ -72,10 +72,10 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
             chosen = planner.parse_placement(args.placement, source="--placement")
         else:
             chosen = planner.placement_from_config(config, env_placement)
-        nnodes = args.nnodes if args.nnodes is not None else _int(planner._select(config, "trainer.nnodes"))
+        nnodes = args.nnodes if args.nnodes is not None else _int(planner.select_key(config, "trainer.nnodes"))
         per_node = args.n_gpus_per_node
         if per_node is None:
-            per_node = _int(planner._select(config, "trainer.n_gpus_per_node"))
+            per_node = _int(planner.select_key(config, "trainer.n_gpus_per_node"))
     else:
         requirements = planner.Requirements(
             critic=not args.no_critic,

@@ -24,9 +24,10 @@ from verl_split.errors import ActivationFailed, PlacementError
 
 def check_config(config) -> None:
     """Plan a PPO config's placement; stop the launching process with the planner's message."""
-    if config is None or _get(config, "actor_rollout_ref") is None or _get(config, "trainer") is None:
+    from verl_split.placement import plan_from_config, select_key
+
+    if config is None or select_key(config, "actor_rollout_ref") is None or select_key(config, "trainer") is None:
         return
-    from verl_split.placement import plan_from_config
 
     try:
         plan_from_config(config)
@@ -36,13 +37,6 @@ def check_config(config) -> None:
             raise  # inside a Ray actor: the driver reports the actor's error
         # SystemExit on purpose: hydra's main would print an exception with a traceback.
         raise ActivationFailed(f"split placement: {exc}") from exc
-
-
-def _get(config, key):
-    try:
-        return config.get(key)
-    except Exception:
-        return None
 
 
 def _wrap_auto_set_device(wrapped, instance, args, kwargs):
