@@ -32,6 +32,8 @@ class Seam:
     families: tuple[str, ...]
 
 
+ALL_FAMILIES = compat.SUPPORTED_FAMILIES
+
 #: Every seam verl-split patches, per feature and verl release family.
 SEAMS: tuple[Seam, ...] = (
     Seam("runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "split", ("0.7", "0.8", "0.9")),
@@ -52,14 +54,28 @@ SEAMS: tuple[Seam, ...] = (
     ),
     Seam("legacy_dispatch", "verl.single_controller.ray.base", "verl_split.seams.legacy_dispatch", "split", ("0.7",)),
     # CPU dry run (VERL_SPLIT_CPU): verl_split/seams/cpu_*.py, one per verl file they answer.
-    Seam("cpu_runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "cpu", ("0.9",)),
+    # 0.9 has a platform registry; 0.7/0.8 get the CPU device module and engine entries directly.
+    Seam("cpu_runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "cpu", ALL_FAMILIES),
     Seam("cpu_platform", "verl.plugin.platform.platform_manager", "verl_split.seams.cpu_platform", "cpu", ("0.9",)),
-    Seam("cpu_distributed", "verl.utils.distributed", "verl_split.seams.cpu_distributed", "cpu", ("0.9",)),
-    Seam("cpu_fsdp", "verl.workers.engine.fsdp.transformer_impl", "verl_split.seams.cpu_fsdp", "cpu", ("0.9",)),
-    Seam("cpu_valuehead", "verl.utils.model", "verl_split.seams.cpu_valuehead", "cpu", ("0.9",)),
-    Seam("cpu_rollout_worker", "verl.workers.rollout.base", "verl_split.seams.cpu_rollout_worker", "cpu", ("0.9",)),
+    Seam("cpu_device", "verl.utils.device", "verl_split.seams.cpu_device", "cpu", ("0.7", "0.8")),
     Seam(
-        "cpu_rollout_replica", "verl.workers.rollout.replica", "verl_split.seams.cpu_rollout_replica", "cpu", ("0.9",)
+        "cpu_engine_registry",
+        "verl.workers.engine.fsdp.transformer_impl",
+        "verl_split.seams.cpu_engine_registry",
+        "cpu",
+        ("0.7", "0.8"),
+    ),
+    Seam("cpu_attention", "verl.utils.attention_utils", "verl_split.seams.cpu_attention", "cpu", ("0.7", "0.8")),
+    Seam("cpu_distributed", "verl.utils.distributed", "verl_split.seams.cpu_distributed", "cpu", ALL_FAMILIES),
+    Seam("cpu_fsdp", "verl.workers.engine.fsdp.transformer_impl", "verl_split.seams.cpu_fsdp", "cpu", ALL_FAMILIES),
+    Seam("cpu_valuehead", "verl.utils.model", "verl_split.seams.cpu_valuehead", "cpu", ALL_FAMILIES),
+    Seam("cpu_rollout_worker", "verl.workers.rollout.base", "verl_split.seams.cpu_rollout_worker", "cpu", ALL_FAMILIES),
+    Seam(
+        "cpu_rollout_replica",
+        "verl.workers.rollout.replica",
+        "verl_split.seams.cpu_rollout_replica",
+        "cpu",
+        ALL_FAMILIES,
     ),
 )
 
