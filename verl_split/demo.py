@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verl_split import report, settings
+from verl_split import compat, report, settings
 from verl_split.assets import TinyAssets, make_tiny_assets
 from verl_split.errors import VerlSplitError
 
@@ -37,12 +37,19 @@ RAY_NUM_GPUS = 8
 RAY_NUM_CPUS = 32
 #: Short: Ray's socket paths under it must stay within the 107-byte Unix limit.
 RAY_TEMP_DIR = "/tmp/ray_verl_split"
+#: Families with verl's v1 trainer (``trainer.use_v1``, verl's default there).
+V1_FAMILIES = ("0.9",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)")
     parser.add_argument("--algo", choices=("gae", "grpo"), default="gae", help="advantage estimator")
-    parser.add_argument("--trainer", choices=("v1", "v0"), default="v1", help="verl trainer (trainer.use_v1)")
+    parser.add_argument(
+        "--trainer",
+        choices=("v1", "v0"),
+        default=None,
+        help="verl trainer: v1 (trainer.use_v1, verl 0.9 only) or v0 (RayPPOTrainer); default: verl's own default",
+    )
     parser.add_argument(
         "--gpus", type=int, default=None, help="logical GPUs per node (default: 2 with VERL_SPLIT=1, else 1)"
     )
@@ -60,15 +67,25 @@ def dry_run_overrides(
     assets: TinyAssets,
     steps: int = DEFAULT_STEPS,
     algo: str = "gae",
-    trainer: str = "v1",
+    trainer: str | None = None,
     out_dir: str | os.PathLike[str] = DEFAULT_OUT,
     n_gpus_per_node: int = 1,
+    family: str | None = None,
 ) -> list[str]:
-    """The Hydra overrides of the CPU dry run; the demo, the tests and later issues share them."""
+    """The Hydra overrides of the CPU dry run; the demo, the tests and later issues share them.
+
+    ``trainer`` defaults to verl's own default trainer of the family (``default_trainer``);
+    ``family`` is the verl release family to write them for (default: the installed one);
+    the keys that differ between families are adjusted at the end, see ``_family_overrides``.
+    """
+    family = family or compat.check_supported()
+    trainer = trainer or default_trainer(family)
     if algo not in ("gae", "grpo"):
         raise ValueError(f"algo must be 'gae' or 'grpo', not {algo!r}")
     if trainer not in ("v1", "v0"):
         raise ValueError(f"trainer must be 'v1' or 'v0', not {trainer!r}")
+    if trainer == "v1" and family not in V1_FAMILIES:
+        raise ValueError(f"verl {family}.x has no v1 trainer (trainer.use_v1); use trainer 'v0' (RayPPOTrainer)")
     out = Path(out_dir).resolve()
     grpo = algo == "grpo"
     n = 4 if grpo else 1  # GRPO needs a group of answers per prompt
@@ -159,6 +176,40 @@ def dry_run_overrides(
             f"critic.ppo_micro_batch_size_per_gpu={micro}",
             "critic.optim.lr=1e-3",
         ]
+    return _family_overrides(overrides, family, max(RAY_NUM_GPUS, n_gpus_per_node))
+
+
+def default_trainer(family: str | None = None) -> str:
+    """verl's default trainer of a release family: ``v1`` where it exists (0.9), else ``v0``."""
+    return "v1" if (family or compat.check_supported()) in V1_FAMILIES else "v0"
+
+
+def _family_overrides(overrides: list[str], family: str, ray_gpus: int) -> list[str]:
+    """The 0.9 overrides, rewritten for an older verl family."""
+    if family in V1_FAMILIES:
+        return overrides
+    # No v1 trainer before 0.9: RayPPOTrainer is the only one, and the key does not exist.
+    overrides = [o for o in overrides if not o.startswith("trainer.use_v1=")]
+    # Without a platform registry, verl's RayResourcePool asks Ray for one `trainer.device`
+    # resource per worker (verl/single_controller/ray/base.py get_placement_groups), i.e. "cpu".
+    # The local cluster announces that many, beside the logical GPUs its GPU-count checks read.
+    overrides.append(f"+ray_kwargs.ray_init.resources={{cpu:{ray_gpus}}}")
+    if family != "0.7":
+        return overrides
+    # 0.7: no TransferQueue settings; the legacy critic worker reads critic.model.fsdp_config.
+    overrides = [o.replace("critic.fsdp.", "critic.model.fsdp_config.") for o in overrides]
+    overrides = [o for o in overrides if not o.startswith("transfer_queue.")]
+    grpo = "algorithm.adv_estimator=grpo" in overrides
+    fsdp_configs = ["actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config"]
+    fsdp_configs += [] if grpo else ["critic.model.fsdp_config"]
+    for fsdp_config in fsdp_configs:
+        # verl 0.7's apply_fsdp2 indexes the model's `_no_split_modules`, a set since transformers 5:
+        # name the layer to wrap instead (verl/utils/fsdp_utils.py).
+        overrides.append(f"+{fsdp_config}.wrap_policy.transformer_layer_cls_to_wrap=[Qwen2DecoderLayer]")
+    for fsdp_config in fsdp_configs[:2]:
+        # The legacy actor computes under autocast to fsdp_config.dtype (bfloat16 by default,
+        # verl/workers/actor/dp_actor.py); fp32 like the rollout, so their log-probs agree.
+        overrides.append(f"{fsdp_config}.dtype=float32")
     return overrides
 
 
@@ -204,12 +255,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"verl-split demo: {exc}", file=sys.stderr)
         return 2
     gpus = args.gpus or (2 if split else 1)
+    try:
+        trainer = args.trainer or default_trainer()
+        family = compat.check_supported()
+        if trainer == "v1" and family not in V1_FAMILIES:
+            raise VerlSplitError(f"verl {compat.installed_version()} has no v1 trainer; use --trainer v0")
+    except VerlSplitError as exc:
+        print(f"verl-split demo: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     assets = make_tiny_assets(args.assets or out / "assets")
-    overrides = dry_run_overrides(assets, args.steps, args.algo, args.trainer, out, gpus) + list(args.overrides)
+    overrides = dry_run_overrides(assets, args.steps, args.algo, trainer, out, gpus) + list(args.overrides)
     mode = "split placement" if split else "stock placement (set VERL_SPLIT=1 for split placement)"
-    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {args.trainer}, {gpus} logical GPU(s), {mode}")
+    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {trainer}, {gpus} logical GPU(s), {mode}")
     if split and not _print_placement(overrides):
         return 2
     env = dict(os.environ)
@@ -221,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
     sequential_rows: list[dict[str, float]] = []
     if split and args.compare:
         seq_out = out / "sequential"
-        seq_overrides = dry_run_overrides(assets, args.steps, args.algo, args.trainer, seq_out, gpus)
+        seq_overrides = dry_run_overrides(assets, args.steps, args.algo, trainer, seq_out, gpus)
         print("verl-split demo: the same job with VERL_SPLIT_OVERLAP=0, for comparison", flush=True)
         seq_env = {k: v for k, v in env.items() if k != "VERL_SPLIT_TRACE"}
         code = _run_job(seq_overrides + list(args.overrides), seq_out, {**seq_env, "VERL_SPLIT_OVERLAP": "0"})

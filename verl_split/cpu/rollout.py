@@ -213,16 +213,18 @@ class CPURolloutReplica(RolloutReplica):
     """
 
     async def launch_servers(self) -> None:
+        # verl 0.8 added name_suffix (reward/teacher replicas beside the policy's); 0.7 has none.
+        suffix = getattr(self, "name_suffix", "")
         server_cls = ray.remote(CPUGenerationServer)
         server = server_cls.options(
-            name=server_name(self.replica_rank) + self.name_suffix,
+            name=server_name(self.replica_rank) + suffix,
             num_cpus=0,  # the logical CPUs belong to the training workers; this one idles between steps
             max_concurrency=self.max_concurrency,
         ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         await server.weight_info.remote()  # fail here, not at the first request, if it cannot start
         self.servers = [server]
         self._server_handle = server
-        self._server_address = f"cpu-rollout-{self.replica_rank}{self.name_suffix}"
+        self._server_address = f"cpu-rollout-{self.replica_rank}{suffix}"
 
     def rollout_worker_use_gpu(self) -> bool:
         return False
