@@ -5,22 +5,13 @@ from __future__ import annotations
 import pytest
 
 from verl_split import compat
+from verl_split.demo import default_trainer
 
 VERSION = compat.installed_version() or "0"
 FAMILY = compat.family_of(VERSION)
 
-#: Families whose PPO loop runs on CPU (VERL_SPLIT_CPU): the CPU platform plugs into verl's
-#: platform registry (verl/plugin/platform), which verl 0.7 and 0.8 do not have.
-CPU_DRY_RUN_FAMILIES = ("0.9",)
-
-needs_cpu_dry_run = pytest.mark.skipif(
-    FAMILY not in CPU_DRY_RUN_FAMILIES,
-    reason=(
-        f"verl {VERSION}: the CPU dry run is not ported to this family (no verl.plugin.platform registry "
-        "before 0.9); real worker groups and trainer code stand in: tests/e2e/test_overlap_legacy_workers.py "
-        "(0.7), tests/e2e/test_overlap_engine_workers.py (0.8)"
-    ),
-)
+#: The trainer ``main_ppo`` runs by default on this family: v1 on 0.9, RayPPOTrainer (v0) before.
+DEFAULT_TRAINER = default_trainer(FAMILY) if FAMILY in compat.SUPPORTED_FAMILIES else "v0"
 
 
 def only_on(family: str, why: str) -> pytest.MarkDecorator:

@@ -1,77 +1,125 @@
-"""The CPU-mode seams (VERL_SPLIT_CPU=1), each check in a fresh interpreter."""
+"""The CPU-mode seams (VERL_SPLIT_CPU=1) of the installed verl family, each check in a fresh interpreter.
+
+verl 0.9 gets a platform in its registry; 0.7 and 0.8 have none, so their seams hand
+verl the CPU device module and engine entries directly, and 0.7's legacy FSDP workers
+start their process group with gloo. Both end in the same place, checked here: verl
+sees a ``cpu`` device, a device module with the memory and RNG calls, gloo, and the
+``cpu_hf`` rollout in both of its registries.
+"""
 
 from __future__ import annotations
 
-from families import needs_cpu_dry_run
+from families import FAMILY
 from pyrun import run_json
 
-pytestmark = needs_cpu_dry_run
+from verl_split import activation
 
-CPU_SEAMS = [
-    "cpu_platform",
-    "cpu_distributed",
-    "cpu_fsdp",
-    "cpu_valuehead",
-    "cpu_rollout_worker",
-    "cpu_rollout_replica",
+CPU_SEAMS = [s.name for s in activation.seams_for(frozenset({"cpu"}), FAMILY)]
+
+#: (module, attribute) verl-split wraps in CPU mode on this family.
+WRAPPED = [
+    ("verl.utils.distributed", "initialize_global_process_group_ray"),
+    ("verl.utils.model", "load_valuehead_model"),
+    ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"),
 ]
+if FAMILY in ("0.7", "0.8"):
+    WRAPPED += [
+        ("verl.utils.device", "get_torch_device"),
+        ("verl.protocol", "get_torch_device"),  # bound by name while `import verl` ran, before verl-split loaded
+        ("verl.utils.attention_utils", "_get_attention_functions"),
+    ]
+if FAMILY == "0.7":
+    WRAPPED += [
+        ("verl.workers.fsdp_workers.ActorRolloutRefWorker", "__init__"),
+        ("verl.workers.fsdp_workers.CriticWorker", "__init__"),
+    ]
 
-# Imports every target of the cpu seams and reports what verl now sees.
-STATE = """
-import json, os
-import verl.utils.distributed as dist
-import verl.utils.model as model
-import verl.workers.engine.fsdp.transformer_impl as impl
+# Imports every wrapped target and reports what verl now sees.
+STATE = f"""
+import importlib, json, os
 import verl.workers.rollout.base as base
 import verl.workers.rollout.replica as replica
-from verl.plugin.platform import PlatformRegistry
+import verl.workers.engine.base as engine_base
+import verl.trainer.constants_ppo  # target of cpu_runtime_env
 from verl_split import _wrapping, activation
 
+WRAPPED = {WRAPPED!r}
+
+def owner(path):
+    try:
+        return importlib.import_module(path)
+    except ImportError:  # a class: module path, then the class name
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+def platform_registered():
+    try:
+        from verl.plugin.platform import PlatformRegistry
+    except ImportError:  # verl 0.7/0.8: no platform registry
+        return None
+    return "cpu" in PlatformRegistry.registered_names()
+
 def state():
-    wrapped = {
-        "initialize_global_process_group_ray": _wrapping.is_wrapped(dist, "initialize_global_process_group_ray"),
-        "load_valuehead_model": _wrapping.is_wrapped(model, "load_valuehead_model"),
-        "CPUOffloadPolicy": _wrapping.is_wrapped(impl, "CPUOffloadPolicy"),
-    }
-    return {
-        "wrapped": wrapped,
-        "platform": "cpu" in PlatformRegistry.registered_names(),
+    import verl.workers.engine.fsdp.transformer_impl  # registers the FSDP engines
+    engines = engine_base.EngineRegistry._engines
+    return {{
+        "wrapped": {{f"{{path}}.{{attr}}": _wrapping.is_wrapped(owner(path), attr) for path, attr in WRAPPED}},
+        "platform": platform_registered(),
+        "cpu_engines": sorted(f"{{t}}/{{b}}" for t in engines for b in engines[t] if "cpu" in engines[t][b]),
         "worker_rollout": base._ROLLOUT_REGISTRY.get(("cpu_hf", "async")),
         "replica": "cpu_hf" in replica.RolloutReplicaRegistry._registry,
         "applied": activation.applied_patches(),
-        "env": {k: os.environ.get(k) for k in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE")},
-    }
+    }}
 """
 
 
-def test_cpu_mode_registers_platform_rollout_and_wrappers():
+def test_cpu_mode_gives_verl_a_cpu_device_gloo_and_the_cpu_rollout():
     out = run_json(
         STATE
         + """
-from verl.plugin.platform import get_platform
-from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device
-import verl.workers.rollout.replica as replica
+import torch
+from verl.utils.device import get_device_name, get_torch_device
+from verl.protocol import get_torch_device as protocol_get_torch_device
 s = state()
-s["device"] = [get_device_name(), get_nccl_backend(), get_torch_device().__name__, get_platform().current_device()]
+device = get_torch_device()
+free, total = device.mem_get_info()
+device.manual_seed(3)
+state_before = device.get_rng_state()
+s["device"] = {
+    "name": get_device_name(),
+    "module": device.__name__,
+    "bound_early": protocol_get_torch_device().__name__,
+    "memory": [0 < free <= total, device.memory_allocated()],
+    "rng_restored": bool(torch.equal(state_before, torch.get_rng_state())),
+}
 s["replica_cls"] = replica.RolloutReplicaRegistry.get("cpu_hf").__name__
 print(json.dumps(s))
 """,
         env={"VERL_SPLIT_CPU": "1"},
     )
-    assert out["platform"] and out["replica"]
     assert all(out["wrapped"].values()), out["wrapped"]
     assert out["worker_rollout"] == "verl_split.cpu.rollout.CPURolloutAdapter"
-    assert out["replica_cls"] == "CPURolloutReplica"
-    assert set(CPU_SEAMS) <= set(out["applied"])
-    # VERL_SPLIT_CPU=1 alone selects the platform: the seam defaults what the run needs.
-    assert out["env"] == {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
-    assert out["device"] == ["cpu", "gloo", "verl_split.cpu.device", "cpu"]
+    assert out["replica"] and out["replica_cls"] == "CPURolloutReplica"
+    assert set(CPU_SEAMS) <= set(out["applied"]), out["applied"]
+    assert out["device"] == {
+        "name": "cpu",
+        "module": "verl_split.cpu.device",
+        "bound_early": "verl_split.cpu.device",
+        "memory": [True, 0],
+        "rng_restored": True,
+    }
+    if FAMILY == "0.9":
+        assert out["platform"] is True
+    else:
+        # FSDP engines are found for the cpu device (0.9 does this with VERL_ENGINE_DEVICE).
+        assert {"language_model/fsdp2", "value_model/fsdp2"} <= set(out["cpu_engines"]), out["cpu_engines"]
 
 
 def test_cpu_mode_off_changes_nothing():
     out = run_json(STATE + "print(json.dumps(state()))", env={})
     assert not any(out["wrapped"].values())
     assert not out["platform"] and not out["replica"] and out["worker_rollout"] is None
+    assert out["cpu_engines"] == []
     assert out["applied"] == []
 
 
@@ -79,7 +127,6 @@ def test_cpu_seams_idempotent_and_reversible():
     out = run_json(
         STATE
         + """
-from verl_split import activation
 first = state()
 activation.activate(split=False, cpu=True)  # a second activation wraps nothing twice
 def layers(obj):
@@ -87,19 +134,18 @@ def layers(obj):
     while getattr(obj, "_self_verl_split", False):
         n, obj = n + 1, obj.__wrapped__
     return n
-depth = [layers(dist.initialize_global_process_group_ray), layers(model.load_valuehead_model),
-         layers(impl.CPUOffloadPolicy)]
+depth = [layers(vars(owner(path))[attr]) for path, attr in WRAPPED]
 activation.deactivate()
-after = state()
-print(json.dumps({"first": first, "depth": depth, "after": after}))
+print(json.dumps({"first": first, "depth": depth, "after": state()}))
 """,
         env={"VERL_SPLIT_CPU": "1"},
     )
     assert all(out["first"]["wrapped"].values())
-    assert out["depth"] == [1, 1, 1]
+    assert out["depth"] == [1] * len(WRAPPED)
     after = out["after"]
-    assert not any(after["wrapped"].values())
+    assert not any(after["wrapped"].values()), after["wrapped"]
     assert not after["platform"] and not after["replica"] and after["worker_rollout"] is None
+    assert after["cpu_engines"] == []
 
 
 def test_gloo_backend_and_unpinned_offload_on_cpu():

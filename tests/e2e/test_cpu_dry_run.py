@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from families import needs_cpu_dry_run
+from families import DEFAULT_TRAINER, FAMILY
 
 from verl_split.demo import dry_run_overrides
 
-pytestmark = [pytest.mark.e2e, needs_cpu_dry_run]
+pytestmark = pytest.mark.e2e
 
 #: Largest |p_rollout - p_actor| allowed per response token (fp32 on both sides: ~3e-9).
 PROB_TOLERANCE = 1e-5
@@ -49,16 +49,16 @@ def _check_common(run, steps: int) -> None:
         assert len(set(ppl)) == len(ppl), f"policy did not move: {ppl}"
 
 
-def test_ppo_gae_with_critic_v1(tiny_assets, tmp_path, main_ppo_runner):
-    """3 PPO steps, GAE, a critic, verl's default (v1) trainer: < 5 min, < 8 GiB."""
-    out = tmp_path / "gae_v1"
-    run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "gae", "v1", out), out)
+def test_ppo_gae_with_critic(tiny_assets, tmp_path, main_ppo_runner):
+    """3 PPO steps, GAE, a critic, verl's default trainer (v1 on 0.9, else v0): < 5 min, < 8 GiB."""
+    out = tmp_path / "gae_default"
+    run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "gae", None, out), out)
     _check_common(run, STEPS)
     for key in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean"):
         run.assert_finite(key)
     print(
-        f"\ngae/v1: {run.wall_s:.0f} s wall, peak RSS sum {run.peak_rss_bytes / GIB:.2f} GiB, "
-        f"peak PSS sum {run.peak_pss_bytes / GIB:.2f} GiB"
+        f"\nverl {FAMILY}, gae/{DEFAULT_TRAINER}: {run.wall_s:.0f} s wall, "
+        f"peak RSS sum {run.peak_rss_bytes / GIB:.2f} GiB, peak PSS sum {run.peak_pss_bytes / GIB:.2f} GiB"
     )
     assert run.wall_s < 300
     # Sum over every process of the run (main_ppo, Ray, all workers), sampled every 0.25 s
@@ -68,15 +68,15 @@ def test_ppo_gae_with_critic_v1(tiny_assets, tmp_path, main_ppo_runner):
 
 def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     """GRPO (groups of 4 answers, KL loss against the reference), no critic, 2 logical GPUs."""
-    out = tmp_path / "grpo_v1"
-    run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "grpo", "v1", out, n_gpus_per_node=2), out)
+    out = tmp_path / "grpo"
+    run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "grpo", None, out, n_gpus_per_node=2), out)
     _check_common(run, STEPS)
     assert not run.series("critic/vf_loss"), "GRPO must not train a critic"
     run.assert_finite("actor/kl_loss")
 
 
 def test_ppo_gae_legacy_trainer_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
-    """The same PPO through ``trainer.use_v1=false`` (main_ppo_v0, RayPPOTrainer), 2 logical GPUs."""
+    """The same PPO through RayPPOTrainer (0.9: ``trainer.use_v1=false``; before 0.9 the only one), 2 logical GPUs."""
     out = tmp_path / "gae_v0"
     run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "gae", "v0", out, n_gpus_per_node=2), out)
     _check_common(run, STEPS)

@@ -13,11 +13,10 @@ import os
 from pathlib import Path
 
 import pytest
-from families import needs_cpu_dry_run
 
 from verl_split.demo import dry_run_overrides
 
-pytestmark = [pytest.mark.e2e, needs_cpu_dry_run]
+pytestmark = pytest.mark.e2e
 
 STEPS = 2
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
@@ -44,11 +43,11 @@ def update_sites(out: Path) -> dict[str, set[tuple[int, str]]]:
     return sites
 
 
-def test_ppo_gae_split_halves_v1(tiny_assets, tmp_path):
+def test_ppo_gae_split_halves(tiny_assets, tmp_path):
     from conftest import run_main_ppo
 
-    out = tmp_path / "split_v1"
-    overrides = dry_run_overrides(tiny_assets, STEPS, "gae", "v1", out, n_gpus_per_node=2)
+    out = tmp_path / "split"
+    overrides = dry_run_overrides(tiny_assets, STEPS, "gae", None, out, n_gpus_per_node=2)
     out.mkdir(parents=True)
     run = run_main_ppo(overrides, out, env=where_updates_ran(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves"))
     run.assert_ok()
@@ -71,7 +70,7 @@ def test_without_verl_split_the_layout_is_stock(tiny_assets, tmp_path):
 
     out = tmp_path / "stock"
     out.mkdir(parents=True)
-    overrides = dry_run_overrides(tiny_assets, 1, "gae", "v1", out, n_gpus_per_node=2)
+    overrides = dry_run_overrides(tiny_assets, 1, "gae", None, out, n_gpus_per_node=2)
     run = run_main_ppo(overrides, out, env=where_updates_ran(out))
     run.assert_ok()
     assert "Creating resource pool" not in run.log and "split/overlapped" not in run.metrics[0]
@@ -85,7 +84,7 @@ def test_bad_placement_stops_main_ppo_before_ray(tiny_assets, tmp_path):
     from conftest import run_main_ppo
 
     out = tmp_path / "split_bad"
-    overrides = dry_run_overrides(tiny_assets, STEPS, "gae", "v1", out, n_gpus_per_node=2)
+    overrides = dry_run_overrides(tiny_assets, STEPS, "gae", None, out, n_gpus_per_node=2)
     run = run_main_ppo([*overrides, "+split_placement.placement=3:1"], out, env={"VERL_SPLIT": "1"}, timeout=180)
     assert run.returncode == 1
     assert "verl-split: split placement: split_placement.placement='3:1' asks for 4 GPUs per node" in run.log

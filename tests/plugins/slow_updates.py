@@ -2,8 +2,10 @@
 
 Loaded in every process of a run through verl's own ``VERL_USE_EXTERNAL_MODULES``
 (the tests put this folder on ``PYTHONPATH``). It wraps the *worker-side* update
-methods of ``verl/workers/engine_workers.py``, so the intervals it logs are measured
-inside the worker processes, independently of what verl-split measures in the trainer.
+methods of ``verl/workers/engine_workers.py`` (0.8, 0.9) and of the legacy
+``verl/workers/fsdp_workers.py`` (0.7's default workers), so the intervals it logs are
+measured inside the worker processes, independently of what verl-split measures in
+the trainer.
 
 Environment:
 - ``SLOW_UPDATES_LOG``: JSON-lines file: a line when an update starts (role, pid, start, and
@@ -68,3 +70,9 @@ def _instrument(role, original):
 def _patch(module):
     module.ActorRolloutRefWorker.update_actor = _instrument("actor", module.ActorRolloutRefWorker.update_actor)
     module.TrainingWorker.train_mini_batch = _instrument("critic", module.TrainingWorker.train_mini_batch)
+
+
+@wrapt.when_imported("verl.workers.fsdp_workers")
+def _patch_legacy(module):
+    module.ActorRolloutRefWorker.update_actor = _instrument("actor", module.ActorRolloutRefWorker.update_actor)
+    module.CriticWorker.update_critic = _instrument("critic", module.CriticWorker.update_critic)
