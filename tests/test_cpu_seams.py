@@ -32,6 +32,7 @@ if FAMILY == "0.7":
     WRAPPED += [
         ("verl.workers.fsdp_workers.ActorRolloutRefWorker", "__init__"),
         ("verl.workers.fsdp_workers.CriticWorker", "__init__"),
+        ("verl.workers.fsdp_workers", "CPUOffloadPolicy"),
     ]
 
 # Imports every wrapped target and reports what verl now sees.

@@ -69,6 +69,7 @@ SEAMS: tuple[Seam, ...] = (
     Seam("cpu_legacy_workers", "verl.workers.fsdp_workers", "verl_split.seams.cpu_legacy_workers", "cpu", ("0.7",)),
     Seam("cpu_distributed", "verl.utils.distributed", "verl_split.seams.cpu_distributed", "cpu", ALL_FAMILIES),
     Seam("cpu_fsdp", "verl.workers.engine.fsdp.transformer_impl", "verl_split.seams.cpu_fsdp", "cpu", ALL_FAMILIES),
+    Seam("cpu_fsdp_legacy", "verl.workers.fsdp_workers", "verl_split.seams.cpu_fsdp", "cpu", ("0.7",)),
     Seam("cpu_valuehead", "verl.utils.model", "verl_split.seams.cpu_valuehead", "cpu", ALL_FAMILIES),
     Seam("cpu_rollout_worker", "verl.workers.rollout.base", "verl_split.seams.cpu_rollout_worker", "cpu", ALL_FAMILIES),
     Seam(

@@ -1,10 +1,11 @@
 """Keep FSDP2 forward-only models' CPU offload from pinning memory.
 
-Target: ``verl/workers/engine/fsdp/transformer_impl.py`` ``_build_fsdp_module``, which
-builds ``CPUOffloadPolicy(pin_memory=True)`` for forward-only models (the reference
-policy) whatever the platform; pinned memory needs a CUDA driver. The seam wraps the
-module's ``CPUOffloadPolicy`` name so every policy it builds on CPU has
-``pin_memory=False``; on other platforms it builds what verl asked for.
+Targets: ``verl/workers/engine/fsdp/transformer_impl.py`` ``_build_fsdp_module`` and, on
+verl 0.7, the legacy ``verl/workers/fsdp_workers.py`` ``_build_model_optimizer`` (seam
+``cpu_fsdp_legacy``). Both build ``CPUOffloadPolicy(pin_memory=True)`` for forward-only
+models (the reference policy) whatever the device; pinned memory needs a CUDA driver.
+The seam wraps the module's ``CPUOffloadPolicy`` name so every policy it builds on CPU
+has ``pin_memory=False``; on other devices it builds what verl asked for.
 """
 
 from __future__ import annotations
