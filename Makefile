@@ -29,10 +29,12 @@ lint: $(BIN)/verl-split
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # The oldest supported verl family in its own environment (.venvs/verl-$(OLDEST_FAMILY), made by
-# scripts/family-env.sh): activation, placement and the legacy-worker overlap, on real Ray.
+# scripts/family-env.sh): activation, placement and CPU seams, then stock main_ppo on CPU end to end
+# (the dry run, split placement, overlapped updates), on verl's legacy FSDP workers.
 OLDEST_FAMILY ?= 0.7
 OLDEST_TESTS := tests/test_activation.py tests/test_activation_startup.py tests/test_activation_ray.py \
-	tests/test_placement_seams.py tests/e2e/test_overlap_legacy_workers.py
+	tests/test_placement_seams.py tests/test_cpu_seams.py \
+	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py
 test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
 	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_TESTS)

@@ -266,7 +266,14 @@ class _Step:
 
 class _CriticGroupDuringStep(wrapt.ObjectProxy):
     """The critic's worker group as one stock ``_update_critic`` call sees it: dispatching
-    the critic's update also starts the actor's."""
+    the critic's update also starts the actor's.
+
+    Found while testing 0.8: verl asks a worker group for its collect ranks on the first
+    call that collects from it, a remote call that queues behind an update already
+    running there. In ``fit`` the critic's ``compute_values`` has cached them before the
+    update, so the overlap holds; a trainer whose *first* critic call is the update
+    would wait for the critic there and overlap nothing on that step.
+    """
 
     def __init__(self, worker_group: Any, step: _Step) -> None:
         super().__init__(worker_group)
