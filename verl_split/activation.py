@@ -32,6 +32,7 @@ class Seam:
     families: tuple[str, ...]
 
 
+#: Seams whose verl target is the same in every supported family.
 ALL_FAMILIES = compat.SUPPORTED_FAMILIES
 
 #: Every seam verl-split patches, per feature and verl release family.

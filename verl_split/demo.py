@@ -176,7 +176,7 @@ def dry_run_overrides(
             f"critic.ppo_micro_batch_size_per_gpu={micro}",
             "critic.optim.lr=1e-3",
         ]
-    return _family_overrides(overrides, family, max(RAY_NUM_GPUS, n_gpus_per_node))
+    return _family_overrides(overrides, family, grpo, max(RAY_NUM_GPUS, n_gpus_per_node))
 
 
 def default_trainer(family: str | None = None) -> str:
@@ -184,7 +184,7 @@ def default_trainer(family: str | None = None) -> str:
     return "v1" if (family or compat.check_supported()) in V1_FAMILIES else "v0"
 
 
-def _family_overrides(overrides: list[str], family: str, ray_gpus: int) -> list[str]:
+def _family_overrides(overrides: list[str], family: str, grpo: bool, ray_gpus: int) -> list[str]:
     """The 0.9 overrides, rewritten for an older verl family."""
     if family in V1_FAMILIES:
         return overrides
@@ -199,7 +199,6 @@ def _family_overrides(overrides: list[str], family: str, ray_gpus: int) -> list[
     # 0.7: no TransferQueue settings; the legacy critic worker reads critic.model.fsdp_config.
     overrides = [o.replace("critic.fsdp.", "critic.model.fsdp_config.") for o in overrides]
     overrides = [o for o in overrides if not o.startswith("transfer_queue.")]
-    grpo = "algorithm.adv_estimator=grpo" in overrides
     fsdp_configs = ["actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config"]
     fsdp_configs += [] if grpo else ["critic.model.fsdp_config"]
     for fsdp_config in fsdp_configs:
@@ -256,17 +255,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     gpus = args.gpus or (2 if split else 1)
     try:
-        trainer = args.trainer or default_trainer()
         family = compat.check_supported()
-        if trainer == "v1" and family not in V1_FAMILIES:
-            raise VerlSplitError(f"verl {compat.installed_version()} has no v1 trainer; use --trainer v0")
     except VerlSplitError as exc:
         print(f"verl-split demo: {exc}", file=sys.stderr)
+        return 2
+    trainer = args.trainer or default_trainer(family)
+    if trainer == "v1" and family not in V1_FAMILIES:
+        version = compat.installed_version()
+        print(f"verl-split demo: verl {version} has no v1 trainer; use --trainer v0", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     assets = make_tiny_assets(args.assets or out / "assets")
-    overrides = dry_run_overrides(assets, args.steps, args.algo, trainer, out, gpus) + list(args.overrides)
+    overrides = dry_run_overrides(assets, args.steps, args.algo, trainer, out, gpus, family) + list(args.overrides)
     mode = "split placement" if split else "stock placement (set VERL_SPLIT=1 for split placement)"
     print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {trainer}, {gpus} logical GPU(s), {mode}")
     if split and not _print_placement(overrides):
@@ -280,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     sequential_rows: list[dict[str, float]] = []
     if split and args.compare:
         seq_out = out / "sequential"
-        seq_overrides = dry_run_overrides(assets, args.steps, args.algo, trainer, seq_out, gpus)
+        seq_overrides = dry_run_overrides(assets, args.steps, args.algo, trainer, seq_out, gpus, family)
         print("verl-split demo: the same job with VERL_SPLIT_OVERLAP=0, for comparison", flush=True)
         seq_env = {k: v for k, v in env.items() if k != "VERL_SPLIT_TRACE"}
         code = _run_job(seq_overrides + list(args.overrides), seq_out, {**seq_env, "VERL_SPLIT_OVERLAP": "0"})
