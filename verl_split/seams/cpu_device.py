@@ -38,7 +38,8 @@ def patch(module: ModuleType) -> None:
     original = vars(module)[_NAME]
     _wrapping.wrap(module, _NAME, _wrap_get_torch_device)
     for name, loaded in list(sys.modules.items()):
-        if name.startswith("verl.") and loaded is not module and vars(loaded).get(_NAME) is original:
+        # getattr: sys.modules may hold None (an import blocked on purpose) or a non-module object.
+        if name.startswith("verl.") and loaded is not module and getattr(loaded, _NAME, None) is original:
             _wrapping.wrap(loaded, _NAME, _wrap_get_torch_device)
             _rebound.append(loaded)
 
