@@ -131,7 +131,7 @@ def test_deepseek_script_runs_main_ppo_split_with_verls_keys(tmp_path):
     assert argv[0] == str(EXAMPLE / "main_ppo_split.py")
     overrides = argv[1:]
     assert overrides and all("=" in o and not o.startswith("+") for o in overrides), overrides
-    config = compose_split(overrides)  # a key verl 0.9.1 lacks fails here
+    config = compose_split(overrides)  # a key the installed verl lacks fails here
     assert config.actor_rollout_ref.rollout.name == "vllm"
     assert config.actor_rollout_ref.model.path == config.critic.model.path == "deepseek-ai/deepseek-llm-7b-chat"
     assert config.data.train_files == str(tmp_path / "data" / "gsm8k" / "train.parquet")

@@ -23,7 +23,9 @@ N_GPUS_PER_NODE="${N_GPUS_PER_NODE:-8}"
 # size of 2 makes two vLLM replicas there (three with 6:2); the planner stops a placement whose
 # actor pool it does not divide (3:5 needs actor_rollout_ref.rollout.tensor_model_parallel_size=1).
 # The KL penalty in the reward uses the reference policy, which lives in the actor's pool; its
-# parameters are offloaded since it only runs forward passes.
+# parameters are offloaded since it only runs forward passes. Every key here exists in verl 0.7,
+# 0.8 and 0.9 (the critic's FSDP block moved: critic.model.fsdp_config in 0.7, critic.fsdp after;
+# its defaults, no offload, are what this run wants, so it is not set).
 "$PYTHON" "$HERE/main_ppo_split.py" \
     algorithm.adv_estimator=gae \
     algorithm.use_kl_in_reward=true \
@@ -57,8 +59,6 @@ N_GPUS_PER_NODE="${N_GPUS_PER_NODE:-8}"
     critic.model.enable_gradient_checkpointing=true \
     critic.optim.lr=1e-5 \
     critic.ppo_micro_batch_size_per_gpu=8 \
-    critic.fsdp.param_offload=false \
-    critic.fsdp.optimizer_offload=false \
     trainer.critic_warmup=0 \
     trainer.logger='[console]' \
     trainer.project_name=verl_example_gsm8k \
