@@ -37,10 +37,10 @@ ALL_FAMILIES = compat.SUPPORTED_FAMILIES
 
 #: Every seam verl-split patches, per feature and verl release family.
 SEAMS: tuple[Seam, ...] = (
-    Seam("runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "split", ("0.7", "0.8", "0.9")),
+    Seam("runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "split", ALL_FAMILIES),
     # Split placement: validate in the launching process, then apply in the trainer (v1) / TaskRunner (v0);
     # on 0.7/0.8 the TaskRunner is main_ppo's __main__, so in RayPPOTrainer's constructor.
-    Seam("placement_check", "verl.utils.device", "verl_split.seams.placement_check", "split", ("0.7", "0.8", "0.9")),
+    Seam("placement_check", "verl.utils.device", "verl_split.seams.placement_check", "split", ALL_FAMILIES),
     Seam("placement_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.placement_v1", "split", ("0.9",)),
     Seam("placement_v0", "verl.trainer.main_ppo_v0", "verl_split.seams.placement_v0", "split", ("0.9",)),
     Seam(

@@ -82,10 +82,7 @@ def dry_run_overrides(
     trainer = trainer or default_trainer(family)
     if algo not in ("gae", "grpo"):
         raise ValueError(f"algo must be 'gae' or 'grpo', not {algo!r}")
-    if trainer not in ("v1", "v0"):
-        raise ValueError(f"trainer must be 'v1' or 'v0', not {trainer!r}")
-    if trainer == "v1" and family not in V1_FAMILIES:
-        raise ValueError(f"verl {family}.x has no v1 trainer (trainer.use_v1); use trainer 'v0' (RayPPOTrainer)")
+    check_trainer(trainer, family)
     out = Path(out_dir).resolve()
     grpo = algo == "grpo"
     n = 4 if grpo else 1  # GRPO needs a group of answers per prompt
@@ -179,6 +176,14 @@ def dry_run_overrides(
     return _family_overrides(overrides, family, grpo, max(RAY_NUM_GPUS, n_gpus_per_node))
 
 
+def check_trainer(trainer: str, family: str) -> None:
+    """Raise ValueError unless ``trainer`` is one verl ``family`` has."""
+    if trainer not in ("v1", "v0"):
+        raise ValueError(f"trainer must be 'v1' or 'v0', not {trainer!r}")
+    if trainer == "v1" and family not in V1_FAMILIES:
+        raise ValueError(f"verl {family}.x has no v1 trainer (trainer.use_v1); use trainer 'v0' (RayPPOTrainer)")
+
+
 def default_trainer(family: str | None = None) -> str:
     """verl's default trainer of a release family: ``v1`` where it exists (0.9), else ``v0``."""
     return "v1" if (family or compat.check_supported()) in V1_FAMILIES else "v0"
@@ -254,15 +259,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"verl-split demo: {exc}", file=sys.stderr)
         return 2
     gpus = args.gpus or (2 if split else 1)
-    try:
+    try:  # before any work: the family and the trainer it has
         family = compat.check_supported()
-    except VerlSplitError as exc:
+        trainer = args.trainer or default_trainer(family)
+        check_trainer(trainer, family)
+    except (VerlSplitError, ValueError) as exc:
         print(f"verl-split demo: {exc}", file=sys.stderr)
-        return 2
-    trainer = args.trainer or default_trainer(family)
-    if trainer == "v1" and family not in V1_FAMILIES:
-        version = compat.installed_version()
-        print(f"verl-split demo: verl {version} has no v1 trainer; use --trainer v0", file=sys.stderr)
         return 2
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
