@@ -1,7 +1,8 @@
-"""Summaries of a run's update phase, from the ``split/*`` metrics verl's tracker recorded.
+"""Summaries of a run, from the per-step metrics verl's tracker recorded.
 
-Used by ``verl-split demo``: a per-step table for the console and a PNG plot of the
-per-step times with and without overlap.
+Used by ``verl-split demo`` and the benchmarks: the whole step broken into phases
+(:func:`phase_times`), a per-step table of the update phase for the console and a PNG plot
+of the per-step update times with and without overlap.
 """
 
 from __future__ import annotations
@@ -9,6 +10,39 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from typing import Any
+
+#: The phases of one PPO step, in the order they run; see :func:`phase_times`.
+PHASES = ("gen", "reward", "prep", "adv", "updates", "other")
+
+
+def phase_times(step: dict[str, Any]) -> dict[str, float]:
+    """One step's wall time per phase, from verl's ``timing_s/*`` and verl-split's ``split/*``.
+
+    ``prep`` is old_log_prob + ref + values, ``updates`` the critic and actor updates. Where the
+    two lanes of a phase may have overlapped (split placement), verl's own timers measure the
+    trainer's *wait*, not the work, so the phase's wall time comes from verl-split's metrics
+    (``split/prep_wall_s``, ``split/update_wall_s``); in a stock run, from verl's timers.
+    ``other`` is the rest of ``timing_s/step`` (balancing, weight sync, checkpoints).
+    """
+
+    def timing(name: str) -> float:
+        return float(step.get(f"timing_s/{name}", 0.0))
+
+    phases = {"gen": timing("gen"), "reward": timing("reward"), "adv": timing("adv")}
+    if "split/prep_wall_s" in step:
+        phases["prep"] = float(step["split/prep_wall_s"])
+    else:
+        phases["prep"] = timing("old_log_prob") + timing("ref") + timing("values")
+    if "split/update_wall_s" in step:
+        phases["updates"] = float(step["split/update_wall_s"])
+    elif "split/critic_update_s" in step:  # critic warm-up: no actor update
+        phases["updates"] = float(step["split/critic_update_s"])
+    else:
+        phases["updates"] = timing("update_critic") + timing("update_actor")
+    total = timing("step")
+    phases["other"] = max(total - sum(phases.values()), 0.0)
+    phases["step"] = total
+    return {name: phases[name] for name in (*PHASES, "step")}
 
 
 def step_rows(metrics: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
