@@ -23,11 +23,32 @@ VARIABLES: dict[str, tuple[str, str]] = {
     ),
     "VERL_SPLIT_OVERLAP": (
         "on",
-        "Run the actor and critic updates of a step at the same time (off: one after the other).",
+        "Phases run on both pools at once: on (all: updates,prep), off (none), or a comma list of "
+        "updates (the actor and critic updates) and prep (values beside old_log_prob + ref).",
     ),
     "VERL_SPLIT_CPU": ("off", "CPU dry run: CPU platform, gloo and a Hugging Face rollout, no GPU needed."),
     "VERL_SPLIT_TRACE": ("", "Write a Chrome-trace timeline of the updates per pool to this file."),
 }
+
+
+#: The phases of a step that verl-split can run on both pools at once (``VERL_SPLIT_OVERLAP``).
+OVERLAP_PHASES = ("updates", "prep")
+
+
+def parse_overlap(raw: str | None) -> frozenset[str]:
+    """``VERL_SPLIT_OVERLAP``: an on/off switch (on = every phase) or a comma list of phases."""
+    value = (raw or "").strip().lower()
+    if value in _TRUE or not value:
+        return frozenset(OVERLAP_PHASES)
+    if value in _FALSE:
+        return frozenset()
+    phases = [p.strip() for p in value.split(",") if p.strip()]
+    if not phases or any(p not in OVERLAP_PHASES for p in phases):
+        raise SettingsError(
+            f"VERL_SPLIT_OVERLAP={raw!r} is not an accepted value. Use on (every phase: {','.join(OVERLAP_PHASES)}), "
+            f"off (none), or a comma list of the phases {', '.join(OVERLAP_PHASES)}, e.g. VERL_SPLIT_OVERLAP=updates."
+        )
+    return frozenset(phases)
 
 
 def parse_switch(name: str, raw: str | None, default: bool) -> bool:
@@ -51,9 +72,19 @@ class Settings:
 
     enabled: bool = False
     placement: str = ""  # VERL_SPLIT_PLACEMENT as given; empty when unset (the planner then uses halves)
-    overlap: bool = True
+    overlap_phases: frozenset[str] = frozenset(OVERLAP_PHASES)
     cpu: bool = False
     trace_path: str = ""
+
+    @property
+    def overlap(self) -> bool:
+        """The actor and critic updates of a step run at the same time."""
+        return "updates" in self.overlap_phases
+
+    @property
+    def overlap_prep(self) -> bool:
+        """The critic's values run beside the actor's old_log_prob + ref."""
+        return "prep" in self.overlap_phases
 
     @property
     def any_active(self) -> bool:
@@ -69,7 +100,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         enabled=parse_switch("VERL_SPLIT", env.get("VERL_SPLIT"), False),
         placement=(env.get("VERL_SPLIT_PLACEMENT") or "").strip(),
-        overlap=parse_switch("VERL_SPLIT_OVERLAP", env.get("VERL_SPLIT_OVERLAP"), True),
+        overlap_phases=parse_overlap(env.get("VERL_SPLIT_OVERLAP")),
         cpu=parse_switch("VERL_SPLIT_CPU", env.get("VERL_SPLIT_CPU"), False),
         trace_path=(env.get("VERL_SPLIT_TRACE") or "").strip(),
     )
