@@ -50,6 +50,10 @@ SEAMS: tuple[Seam, ...] = (
     Seam("overlap_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.overlap_v1", "split", ("0.9",)),
     Seam("overlap_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_v0", "split", ("0.8", "0.9")),
     Seam("overlap_legacy", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_legacy", "split", ("0.7",)),
+    # values beside old_log_prob + ref (verl_split/prep_overlap.py), and the whole-step metrics.
+    Seam("prep_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.prep_v1", "split", ("0.9",)),
+    Seam("prep_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.prep_v0", "split", ALL_FAMILIES),
+    Seam("step_metrics", "verl.utils.tracking", "verl_split.seams.step_metrics", "split", ALL_FAMILIES),
     Seam(
         "legacy_critic_worker", "verl.workers.fsdp_workers", "verl_split.seams.legacy_critic_worker", "split", ("0.7",)
     ),

@@ -21,6 +21,10 @@ class UpdateFailedError(VerlSplitError):
     """The actor or the critic update failed while both were running."""
 
 
+class PrepFailedError(VerlSplitError):
+    """old_log_prob/ref (actor) or values (critic) failed while the other pool's lane was running."""
+
+
 class ActivationFailed(SystemExit):
     """Stop the process: the user asked for verl-split and it cannot be switched on.
 

@@ -71,6 +71,15 @@ class TrainerAdapter:
         actor = next((mapping[r] for r in (Role.ActorRollout, Role.ActorRolloutRef, Role.Actor) if r in mapping), None)
         return actor, mapping.get(Role.Critic)
 
+    def pool_sizes(self, trainer: Any) -> dict[str, float]:
+        """``split/actor_pool_gpus`` and ``split/critic_pool_gpus``: the layout this run trains on."""
+        spec = getattr(trainer.resource_pool_manager, "resource_pool_spec", {}) or {}
+        sizes = {}
+        for role, pool in zip(("actor", "critic"), self.pools(trainer), strict=True):
+            if pool in spec:
+                sizes[f"split/{role}_pool_gpus"] = float(sum(spec[pool]))
+        return sizes
+
     def private_metrics_call(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, dict | None]:
         """The arguments for the actor's call, with its own metrics dict if the trainer passes one."""
         return args, kwargs, None
@@ -156,7 +165,7 @@ class _Step:
     def launch_actor(self) -> None:
         args, kwargs, self.actor_metrics = self.adapter.private_metrics_call(self.critic_args, self.critic_kwargs)
         self.actor_future = concurrent.futures.Future()
-        self.both_in_flight_at = time.time()
+        self.both_in_flight_at = time.monotonic()
         logger.info("Starting parallel actor and critic updates (step %s)", self.trainer.global_steps)
         # A daemon thread, not an executor: a failed step must not keep the process from exiting.
         thread = threading.Thread(
@@ -166,14 +175,14 @@ class _Step:
 
     def _run_actor(self, args: tuple, kwargs: dict) -> None:
         _controller.active = True
-        self.actor.start = time.time()
+        self.actor.start = time.monotonic()
         try:
             result = self.trainer._update_actor(*args, **kwargs)
         except BaseException as exc:  # handed to the main thread, which raises it
-            self.actor.end = time.time()
+            self.actor.end = time.monotonic()
             self.actor_future.set_exception(exc)
         else:
-            self.actor.end = time.time()
+            self.actor.end = time.monotonic()
             self.actor_future.set_result(result)
 
     def join_actor(self) -> Any:
@@ -188,7 +197,7 @@ class _Step:
             self.launch_actor()
         if not callable(getattr(future, "get", None)):
             # A blocking dispatch already holds the result: nothing left to overlap with.
-            self.critic.end = time.time()
+            self.critic.end = time.monotonic()
             return future
         return _CriticResult(future, self)
 
@@ -207,7 +216,7 @@ class _Step:
         while True:
             done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
             if critic_done in done:
-                self.critic.end = time.time()
+                self.critic.end = time.monotonic()
                 try:
                     return critic_done.result()
                 except Exception as exc:
@@ -224,9 +233,16 @@ class _Step:
         )
 
     # -- after both ----------------------------------------------------------------------
+    @property
+    def really_overlapped(self) -> bool:
+        """Both updates were in flight at once: the critic's dispatch reached the proxy and
+        started the actor's (a step planned to overlap whose critic call bypassed the proxy
+        ran one after the other)."""
+        return self.overlapped and self.actor_future is not None
+
     def metrics(self) -> dict[str, float]:
         t_critic, t_actor = self.critic.seconds, self.actor.seconds
-        metrics = {"split/critic_update_s": t_critic, "split/overlapped": float(self.overlapped)}
+        metrics = {"split/critic_update_s": t_critic, "split/overlapped": float(self.really_overlapped)}
         if self.actor.end:
             start, end = min(self.critic.start, self.actor.start), max(self.critic.end, self.actor.end)
             wall = max(end - start, 1e-9)
@@ -248,7 +264,9 @@ class _Step:
         return metrics
 
     def finish(self, result: Any, args: tuple, kwargs: dict) -> None:
-        metrics = self.metrics()
+        from verl_split import prep_overlap  # it builds on this module
+
+        metrics = {**prep_overlap.take_metrics(self.trainer), **self.metrics(), **self.adapter.pool_sizes(self.trainer)}
         if self.actor.end:
             logger.info("Actor update completed in %.1fs", self.actor.seconds)
         logger.info("Critic update completed in %.1fs", self.critic.seconds)
@@ -303,16 +321,27 @@ _timelines: dict[str, Timeline] = {}
 _warned: set[str] = set()
 
 
-def _record_timeline(step: _Step) -> None:
+def record_interval(name: str, lane: str, interval: _Interval) -> None:
+    """Add one interval to the ``VERL_SPLIT_TRACE`` timeline, if one is asked for."""
     path = settings.read().trace_path
     if not path:
         return
     timeline = _timelines.setdefault(path, Timeline(path))
-    n = step.trainer.global_steps
-    timeline.add(f"critic update (step {n})", f"critic pool: {step.critic_pool}", step.critic.start, step.critic.end)
-    if step.actor.end:
-        timeline.add(f"actor update (step {n})", f"actor pool: {step.actor_pool}", step.actor.start, step.actor.end)
+    timeline.add(name, lane, interval.start, interval.end)
     timeline.flush()
+
+
+def _record_timeline(step: _Step) -> None:
+    n = step.trainer.global_steps
+    record_interval(f"critic update (step {n})", f"critic pool: {step.critic_pool}", step.critic)
+    if step.actor.end:
+        record_interval(f"actor update (step {n})", f"actor pool: {step.actor_pool}", step.actor)
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning(message)
 
 
 def _why_sequential(trainer: Any, adapter: TrainerAdapter, actor_pool: str | None, critic_pool: str | None) -> str:
@@ -340,10 +369,10 @@ def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
         overlap = not reason and adapter.actor_updates_this_step(trainer)
         step = _Step(trainer, adapter, actor_pool, critic_pool, args, kwargs, overlapped=overlap)
         vars(trainer).pop(_STEP_ATTR, None)
-        step.critic.start = time.time()
+        step.critic.start = time.monotonic()
         if not overlap:
             result = wrapped(*args, **kwargs)
-            step.critic.end = time.time()
+            step.critic.end = time.monotonic()
             if adapter.actor_updates_this_step(trainer):
                 setattr(trainer, _STEP_ATTR, step)  # _update_actor reports both
             else:
@@ -360,7 +389,13 @@ def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
         finally:
             trainer.critic_wg = worker_group
         if not step.critic.end:
-            step.critic.end = time.time()
+            step.critic.end = time.monotonic()
+        if step.actor_future is None:
+            _warn_once(
+                f"{type(trainer).__name__}._update_critic dispatched the critic's update without the worker-group "
+                "methods verl-split watches (train_mini_batch, update_critic), so this step's updates ran one after "
+                "the other; please report this with your verl version"
+            )
         setattr(trainer, _STEP_ATTR, step)
         return result
 
@@ -375,9 +410,9 @@ def make_update_actor_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
         if step is None:  # no critic this step (GRPO): stock
             return wrapped(*args, **kwargs)
         if step.actor_future is None:  # sequential: run it here, timed
-            step.actor.start = time.time()
+            step.actor.start = time.monotonic()
             result = wrapped(*args, **kwargs)
-            step.actor.end = time.time()
+            step.actor.end = time.monotonic()
         else:
             if _batch(args, kwargs) is not _batch(step.critic_args, step.critic_kwargs):
                 raise RuntimeError(

@@ -1,4 +1,4 @@
-"""A Chrome-trace timeline of the updates, one lane per resource pool.
+"""A Chrome-trace timeline of the updates and the preparation, one lane per resource pool.
 
 Open the file in ``chrome://tracing`` or https://ui.perfetto.dev. Written by the
 trainer process when ``VERL_SPLIT_TRACE`` names a file; rewritten whole after every
@@ -21,7 +21,7 @@ class Timeline:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, name: str, lane: str, start_s: float, end_s: float, **args: object) -> None:
-        """Add one interval; times are seconds since the epoch (``time.time()``)."""
+        """Add one interval; times are seconds on one clock (verl-split uses ``time.monotonic()``)."""
         with self.lock:
             if lane not in self.lanes:
                 self.lanes[lane] = len(self.lanes) + 1

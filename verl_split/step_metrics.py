@@ -1,0 +1,37 @@
+"""Whole-step metrics: what split placement costs and saves over the entire PPO step.
+
+The ``split/*`` metrics of the update and preparation phases describe their own phases;
+users pay for the whole step, in which generation runs on the actor's pool alone. Just
+before verl's tracker logs a step (``seams/step_metrics.py``), verl-split adds:
+
+- ``split/step_s``: verl's own ``timing_s/step``;
+- ``split/actor_pool_busy_share``: (generation + old_log_prob + ref + actor update) / step;
+- ``split/critic_pool_busy_share``: (values + critic update) / step.
+
+Each lane counts the time its pool's workers were busy, as verl-split measured it from the
+trainer (a lane's time includes its dispatch and result collection). Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def whole_step_metrics(data: Mapping[str, Any]) -> dict[str, float]:
+    """The whole-step ``split/*`` metrics for one step's metrics, or nothing for a step that
+    verl-split did not coordinate (stock placement, validation-only records)."""
+    step_s = float(data.get("timing_s/step") or 0.0)
+    if step_s <= 0.0 or "split/critic_update_s" not in data:
+        return {}
+
+    def value(key: str) -> float:
+        return float(data.get(key) or 0.0)
+
+    actor_busy = value("timing_s/gen") + value("split/prep_actor_s") + value("split/actor_update_s")
+    critic_busy = value("split/prep_critic_s") + value("split/critic_update_s")
+    return {
+        "split/step_s": step_s,
+        "split/actor_pool_busy_share": min(actor_busy / step_s, 1.0),
+        "split/critic_pool_busy_share": min(critic_busy / step_s, 1.0),
+    }
