@@ -1,8 +1,9 @@
-"""Concurrent actor and critic updates, end to end: stock ``main_ppo`` on CPU with ``VERL_SPLIT=1``.
+"""Phases on both pools at once, end to end: stock ``main_ppo`` on CPU with ``VERL_SPLIT=1``.
 
-The update intervals checked here are logged *inside the worker processes* by the
-test plugin ``tests/plugins/slow_updates.py`` (loaded through verl's own
-``VERL_USE_EXTERNAL_MODULES``), which also injects the sleeps and the faults. The only
+Two overlaps: the actor and critic updates (``updates``), and the critic's values beside the
+actor's old_log_prob + ref (``prep``). The intervals checked here are logged *inside the
+worker processes* by the test plugin ``tests/plugins/slow_updates.py`` (loaded through
+verl's own ``VERL_USE_EXTERNAL_MODULES``), which also injects the sleeps and the faults. The only
 stand-in in these runs is verl-split's CPU rollout (Hugging Face ``generate``
 instead of vLLM), as in every CPU dry run.
 """
@@ -29,7 +30,7 @@ SLEEP_S = 2.0
 
 
 def split_env(out: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES", "SLOW_PREP"))}
     env.update(
         VERL_SPLIT="1",
         PYTHONPATH=os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
@@ -40,14 +41,20 @@ def split_env(out: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def worker_intervals(out: Path) -> dict[str, list[tuple[float, float]]]:
-    """Per role, the (start, end) of each update as the worker process saw it, in order."""
-    intervals: dict[str, list[tuple[float, float]]] = {"actor": [], "critic": []}
-    for line in (out / "updates.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        if "end" in record:
-            intervals[record["role"]].append((record["start"], record["end"]))
-    return {role: sorted(spans) for role, spans in intervals.items()}
+def worker_records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "updates.jsonl").read_text().splitlines()]
+
+
+def worker_intervals(out: Path, phase: str = "update") -> dict[str, list[tuple[float, float]]]:
+    """Per role, the (start, end) of each call of ``phase`` as the worker process saw it, in order.
+
+    These jobs have no reference policy (GAE without a KL term), so each step has one call per
+    role and phase: the actor's old_log_prob and the critic's values for ``prep``."""
+    calls: dict[str, list[tuple[float, float]]] = {"actor": [], "critic": []}
+    for record in worker_records(out):
+        if "end" in record and record["phase"] == phase:
+            calls[record["role"]].append((record["start"], record["end"]))
+    return {role: sorted(spans) for role, spans in calls.items()}
 
 
 def shared_fraction(a: tuple[float, float], b: tuple[float, float]) -> float:
@@ -70,9 +77,9 @@ def run_split(tiny_assets, out: Path, steps: int, extra: list[str], trainer: str
 
 @pytest.fixture(scope="module")
 def overlapped_and_sequential(tiny_assets, tmp_path_factory):
-    """The same 3-step split run twice: updates overlapped, and one after the other."""
+    """The same 3-step split run three ways: every overlap (on), the updates only, none (off)."""
     runs = {}
-    for name, overlap in (("overlap", "1"), ("sequential", "0")):
+    for name, overlap in (("overlap", "on"), ("updates_only", "updates"), ("sequential", "off")):
         out = tmp_path_factory.mktemp(name)
         runs[name] = (
             out,
@@ -83,6 +90,7 @@ def overlapped_and_sequential(tiny_assets, tmp_path_factory):
                 extra=["trainer.save_freq=3"],
                 VERL_SPLIT_OVERLAP=overlap,
                 SLOW_UPDATES_SLEEP=str(SLEEP_S),
+                SLOW_PREP_SLEEP=str(SLEEP_S),
             ),
         )
     return runs
@@ -111,15 +119,59 @@ def test_updates_overlap_in_every_step(overlapped_and_sequential):
     assert all(s > 1.5 for s in run.series("split/speedup")), run.series("split/speedup")
 
 
+def test_values_overlap_old_log_prob_and_ref_in_every_step(overlapped_and_sequential):
+    out, run = overlapped_and_sequential["overlap"]
+    run.assert_ok()
+    spans = worker_intervals(out, "prep")
+    assert len(spans["actor"]) == len(spans["critic"]) == 3, spans
+    for actor, critic in zip(spans["actor"], spans["critic"], strict=True):
+        assert shared_fraction(actor, critic) >= 0.8, (actor, critic)
+    assert "Starting values on critic_pool beside old_log_prob and ref on actor_rollout_ref_pool" in run.log
+    assert re.search(r"Preparation: old_log_prob \+ ref \d+\.\ds, values \d+\.\ds", run.log)
+    assert run.series("split/prep_overlapped") == [1.0, 1.0, 1.0]
+    for overlap_s, actor_s, critic_s in zip(
+        run.series("split/prep_overlap_s"),
+        run.series("split/prep_actor_s"),
+        run.series("split/prep_critic_s"),
+        strict=True,
+    ):
+        assert min(actor_s, critic_s) >= SLEEP_S
+        assert overlap_s >= 0.8 * min(actor_s, critic_s)
+
+
+def test_whole_step_metrics(overlapped_and_sequential):
+    _, run = overlapped_and_sequential["overlap"]
+    assert run.series("split/step_s") == run.series("timing_s/step")
+    for key in ("split/actor_pool_busy_share", "split/critic_pool_busy_share"):
+        shares = run.series(key)
+        assert len(shares) == 3 and all(0.0 < share <= 1.0 for share in shares), (key, shares)
+    assert run.series("split/actor_pool_gpus") == run.series("split/critic_pool_gpus") == [1.0, 1.0, 1.0]
+
+
+def test_updates_only_keeps_preparation_sequential(overlapped_and_sequential):
+    out, run = overlapped_and_sequential["updates_only"]
+    run.assert_ok()
+    prep = worker_intervals(out, "prep")
+    assert len(prep["critic"]) == 3, prep
+    for actor, critic in zip(prep["actor"], prep["critic"], strict=True):
+        assert shared_fraction(actor, critic) == 0.0, (actor, critic)
+    assert run.series("split/prep_overlapped") == [0.0, 0.0, 0.0]
+    assert "runs one phase after the other: VERL_SPLIT_OVERLAP does not include prep" in run.log
+    assert run.series("split/overlapped") == [1.0, 1.0, 1.0]  # the updates still overlap
+
+
 def test_sequential_run_does_not_overlap(overlapped_and_sequential):
     out, run = overlapped_and_sequential["sequential"]
     run.assert_ok()
-    spans = worker_intervals(out)
-    assert len(spans["actor"]) == len(spans["critic"]) == 3, spans
-    for actor, critic in zip(spans["actor"], spans["critic"], strict=True):
-        assert shared_fraction(actor, critic) == 0.0, (actor, critic)
+    for phase in ("update", "prep"):
+        spans = worker_intervals(out, phase)
+        assert len(spans["actor"]) == len(spans["critic"]) == 3, spans
+        for actor, critic in zip(spans["actor"], spans["critic"], strict=True):
+            assert shared_fraction(actor, critic) == 0.0, (phase, actor, critic)
     assert "Starting parallel actor and critic updates" not in run.log
+    assert "Starting values on" not in run.log
     assert run.series("split/overlapped") == [0.0, 0.0, 0.0]
+    assert run.series("split/prep_overlapped") == [0.0, 0.0, 0.0]
 
 
 def assert_same_numbers(
@@ -127,7 +179,8 @@ def assert_same_numbers(
 ) -> None:
     over.assert_ok()
     seq.assert_ok()
-    for key in ("critic/vf_loss", "actor/pg_loss", "actor/entropy", "critic/score/mean", "critic/values/mean"):
+    keys = ("critic/vf_loss", "actor/pg_loss", "actor/entropy", "critic/score/mean", "critic/values/mean")
+    for key in (*keys, "critic/advantages/mean", "critic/returns/mean"):
         a, b = over.series(key), seq.series(key)
         assert len(a) == len(b) > 0, key
         assert a == pytest.approx(b, rel=tolerance, abs=tolerance), key
@@ -149,21 +202,22 @@ def test_overlap_changes_no_numbers(overlapped_and_sequential):
     critic's; lr is 1e-3), so weights are compared to 1e-3 and losses to 1e-5. RayPPOTrainer
     (v0, the default before 0.9) keeps the data loader's order: bit-for-bit equality.
     """
-    (over_dir, over), (seq_dir, seq) = overlapped_and_sequential["overlap"], overlapped_and_sequential["sequential"]
+    runs = overlapped_and_sequential
     tolerance, weight_tolerance = (1e-5, 1e-3) if DEFAULT_TRAINER == "v1" else (0.0, 0.0)
-    assert_same_numbers(over_dir, over, seq_dir, seq, tolerance=tolerance, weight_tolerance=weight_tolerance)
+    for other in ("updates_only", "sequential"):
+        assert_same_numbers(*runs["overlap"], *runs[other], tolerance=tolerance, weight_tolerance=weight_tolerance)
 
 
 def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, tmp_path_factory):
-    """Legacy trainer: step 1 is critic warm-up (critic only), steps 2-3 overlap; and the
-    same job without overlap gives bit-for-bit the same losses and weights."""
+    """Legacy trainer: step 1 is critic warm-up (critic only), steps 2-3 overlap their updates,
+    every step its preparation; and the same job without overlap gives bit-for-bit the same
+    losses and weights."""
     runs = {}
     for name, overlap in (("overlap", "1"), ("sequential", "0")):
         out = tmp_path_factory.mktemp(f"v0_{name}")
         extra = ["trainer.critic_warmup=2", "trainer.save_freq=3"]  # steps count from 1: step 1 warms up
-        run = run_split(
-            tiny_assets, out, steps=3, extra=extra, trainer="v0", VERL_SPLIT_OVERLAP=overlap, SLOW_UPDATES_SLEEP="1"
-        )
+        sleeps = {"SLOW_UPDATES_SLEEP": "1", "SLOW_PREP_SLEEP": "1"}
+        run = run_split(tiny_assets, out, steps=3, extra=extra, trainer="v0", VERL_SPLIT_OVERLAP=overlap, **sleeps)
         run.assert_ok()
         runs[name] = (out, run)
     out, run = runs["overlap"]
@@ -173,6 +227,10 @@ def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, t
         assert shared_fraction(actor, critic) >= 0.8, (actor, critic)
     assert run.series("split/overlapped") == [0.0, 1.0, 1.0]
     assert len(run.series("split/actor_update_s")) == 2
+    prep = worker_intervals(out, "prep")  # values beside old_log_prob in every step, warm-up included
+    for actor, critic in zip(prep["actor"], prep["critic"], strict=True):
+        assert shared_fraction(actor, critic) >= 0.8, (actor, critic)
+    assert run.series("split/prep_overlapped") == [1.0, 1.0, 1.0]
     assert_same_numbers(*runs["overlap"], *runs["sequential"], tolerance=0.0, weight_tolerance=0.0)
 
 
@@ -186,18 +244,21 @@ def test_grpo_without_critic(tiny_assets, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("fault", "role", "pool"),
-    [("SLOW_UPDATES_FAIL", "critic", "critic_pool"), ("SLOW_UPDATES_KILL", "actor", "actor_rollout_ref_pool")],
+    ("fault", "role", "message"),
+    [
+        ("SLOW_UPDATES_FAIL", "critic", "the critic update failed on resource pool 'critic_pool'"),
+        ("SLOW_UPDATES_KILL", "actor", "the actor update failed on resource pool 'actor_rollout_ref_pool'"),
+        ("SLOW_PREP_FAIL", "critic", "the critic's values failed on resource pool 'critic_pool'"),
+        ("SLOW_PREP_KILL", "actor", "the actor's old_log_prob failed on resource pool 'actor_rollout_ref_pool'"),
+    ],
 )
-def test_a_failed_update_ends_the_run_promptly(tiny_assets, tmp_path, fault, role, pool):
+def test_a_failure_in_either_lane_ends_the_run_promptly(tiny_assets, tmp_path, fault, role, message):
     started = time.time()
-    run = run_split(tiny_assets, tmp_path, steps=2, extra=[], SLOW_UPDATES_SLEEP="1", **{fault: role})
+    sleeps = {"SLOW_UPDATES_SLEEP": "1", "SLOW_PREP_SLEEP": "1"}
+    run = run_split(tiny_assets, tmp_path, steps=2, extra=[], **sleeps, **{fault: role})
     ended = started + run.wall_s
     assert run.returncode != 0
-    assert f"the {role} update failed on resource pool {pool!r}" in run.log, run.log[-4000:]
-    fault_time = next(
-        json.loads(line)["start"]
-        for line in (tmp_path / "updates.jsonl").read_text().splitlines()
-        if json.loads(line)["role"] == role
-    )
+    assert message in run.log, run.log[-4000:]
+    phase = "update" if fault.startswith("SLOW_UPDATES") else "prep"
+    fault_time = next(r["start"] for r in worker_records(tmp_path) if r["role"] == role and r["phase"] == phase)
     assert ended - fault_time < 30, f"the run took {ended - fault_time:.0f}s to end after the {role} failed"

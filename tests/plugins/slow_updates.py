@@ -1,19 +1,23 @@
-"""Test-only verl plugin: slow down, fail or kill the actor and critic updates, and log them.
+"""Test-only verl plugin: slow down, fail or kill the actor's and critic's work, and log it.
 
 Loaded in every process of a run through verl's own ``VERL_USE_EXTERNAL_MODULES``
-(the tests put this folder on ``PYTHONPATH``). It wraps the *worker-side* update
-methods of ``verl/workers/engine_workers.py`` (0.8, 0.9) and of the legacy
+(the tests put this folder on ``PYTHONPATH``). It wraps the *worker-side* methods of
+``verl/workers/engine_workers.py`` (0.8, 0.9) and of the legacy
 ``verl/workers/fsdp_workers.py`` (0.7's default workers), so the intervals it logs are
 measured inside the worker processes, independently of what verl-split measures in
-the trainer.
+the trainer. Two phases of a PPO step:
 
-Environment:
-- ``SLOW_UPDATES_LOG``: JSON-lines file: a line when an update starts (role, pid, start, and
-  the Ray placement group the worker runs in)
-  and one when it ends (role, pid, start, end).
-- ``SLOW_UPDATES_SLEEP``: seconds to sleep at the start of each update (default 0).
-- ``SLOW_UPDATES_FAIL``: ``critic`` or ``actor``: raise inside that update.
-- ``SLOW_UPDATES_KILL``: ``critic`` or ``actor``: kill that worker's process mid-update.
+- ``update``: the actor's ``update_actor`` and the critic's update
+  (``train_mini_batch`` / legacy ``update_critic``);
+- ``prep``: the actor's ``compute_log_prob`` and ``compute_ref_log_prob`` (old_log_prob
+  and ref) and the critic's values (``infer_batch`` / legacy ``compute_values``).
+
+Environment (``PHASE`` is ``UPDATES`` or ``PREP``):
+- ``SLOW_UPDATES_LOG``: JSON-lines file: a line when a call starts (phase, role, method, pid,
+  start, and the Ray placement group the worker runs in) and one when it ends (+ end).
+- ``SLOW_{PHASE}_SLEEP``: seconds to sleep at the start of each call of that phase (default 0).
+- ``SLOW_{PHASE}_FAIL``: ``critic`` or ``actor``: raise inside that role's call of that phase.
+- ``SLOW_{PHASE}_KILL``: ``critic`` or ``actor``: kill that worker's process in that call.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import time
 
 import wrapt
 
-_inside_actor_update = threading.local()
+# The actor's own calls run its TrainingWorker's train_mini_batch / infer_batch inside the
+# same process: those inner calls belong to the actor, not to the critic.
+_inside_actor = threading.local()
 
 
 def _log(record: dict) -> None:
@@ -42,37 +48,46 @@ def _placement_group() -> str | None:
     return ray.get_runtime_context().get_placement_group_id()
 
 
-def _instrument(role, original):
+def _instrument(phase, role, original):
+    knob = "SLOW_UPDATES" if phase == "update" else "SLOW_PREP"
+
     @functools.wraps(original)  # keeps verl's `register` metadata (verl's MAGIC_ATTR)
-    def update(self, *args, **kwargs):
-        # ActorRolloutRefWorker.update_actor calls its own TrainingWorker.train_mini_batch:
-        # that inner call belongs to the actor update, not to the critic.
-        if role == "critic" and getattr(_inside_actor_update, "active", False):
+    def call(self, *args, **kwargs):
+        if role == "critic" and getattr(_inside_actor, "active", False):
             return original(self, *args, **kwargs)
         start = time.time()
-        _log({"role": role, "pid": os.getpid(), "start": start, "placement_group": _placement_group()})
-        time.sleep(float(os.environ.get("SLOW_UPDATES_SLEEP", "0")))
-        if os.environ.get("SLOW_UPDATES_KILL") == role:
+        base = {"phase": phase, "role": role, "method": original.__name__, "pid": os.getpid(), "start": start}
+        _log({**base, "placement_group": _placement_group()})
+        time.sleep(float(os.environ.get(f"{knob}_SLEEP", "0")))
+        if os.environ.get(f"{knob}_KILL") == role:
             os._exit(1)
-        if os.environ.get("SLOW_UPDATES_FAIL") == role:
-            raise RuntimeError(f"injected failure in the {role} update")
-        _inside_actor_update.active = role == "actor"
+        if os.environ.get(f"{knob}_FAIL") == role:
+            raise RuntimeError(f"injected failure in the {role}'s {original.__name__}")
+        _inside_actor.active = role == "actor"
         try:
             return original(self, *args, **kwargs)
         finally:
-            _inside_actor_update.active = False
-            _log({"role": role, "pid": os.getpid(), "start": start, "end": time.time()})
+            _inside_actor.active = False
+            _log({**base, "end": time.time()})
 
-    return update
+    return call
 
 
 @wrapt.when_imported("verl.workers.engine_workers")
 def _patch(module):
-    module.ActorRolloutRefWorker.update_actor = _instrument("actor", module.ActorRolloutRefWorker.update_actor)
-    module.TrainingWorker.train_mini_batch = _instrument("critic", module.TrainingWorker.train_mini_batch)
+    actor, critic = module.ActorRolloutRefWorker, module.TrainingWorker
+    actor.update_actor = _instrument("update", "actor", actor.update_actor)
+    critic.train_mini_batch = _instrument("update", "critic", critic.train_mini_batch)
+    actor.compute_log_prob = _instrument("prep", "actor", actor.compute_log_prob)
+    actor.compute_ref_log_prob = _instrument("prep", "actor", actor.compute_ref_log_prob)
+    critic.infer_batch = _instrument("prep", "critic", critic.infer_batch)
 
 
 @wrapt.when_imported("verl.workers.fsdp_workers")
 def _patch_legacy(module):
-    module.ActorRolloutRefWorker.update_actor = _instrument("actor", module.ActorRolloutRefWorker.update_actor)
-    module.CriticWorker.update_critic = _instrument("critic", module.CriticWorker.update_critic)
+    actor, critic = module.ActorRolloutRefWorker, module.CriticWorker
+    actor.update_actor = _instrument("update", "actor", actor.update_actor)
+    critic.update_critic = _instrument("update", "critic", critic.update_critic)
+    actor.compute_log_prob = _instrument("prep", "actor", actor.compute_log_prob)
+    actor.compute_ref_log_prob = _instrument("prep", "actor", actor.compute_ref_log_prob)
+    critic.compute_values = _instrument("prep", "critic", critic.compute_values)
