@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from verl_split import _wrapping, overlap, prep_overlap, step_metrics
-from verl_split.errors import PrepFailedError
+from verl_split import _wrapping, overlap, prep_overlap, settings, step_metrics
+from verl_split.errors import PrepFailedError, SettingsError
 
 pytestmark = pytest.mark.unit
 
@@ -287,3 +287,26 @@ def test_thread_is_a_daemon_named_for_its_work(patched):
     finally:
         FakeTrainer._work = original
     assert seen == [("verl-split-values", True)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "phases"),
+    [
+        (None, {"updates", "prep"}),
+        ("on", {"updates", "prep"}),
+        ("1", {"updates", "prep"}),
+        ("off", set()),
+        ("0", set()),
+        ("updates", {"updates"}),
+        ("prep", {"prep"}),
+        (" Updates , prep ", {"updates", "prep"}),
+    ],
+)
+def test_overlap_switch_takes_on_off_or_a_list_of_phases(raw, phases):
+    assert settings.parse_overlap(raw) == phases
+
+
+@pytest.mark.parametrize("raw", ["maybe", "updates,values", ","])
+def test_overlap_switch_rejects_anything_else_naming_the_phases(raw):
+    with pytest.raises(SettingsError, match=r"comma list of the phases updates, prep"):
+        settings.parse_overlap(raw)
