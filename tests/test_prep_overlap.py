@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,13 +48,16 @@ class FakeBatch:
 class FakeTrainer:
     """verl's ``RayPPOTrainer.fit`` order of the preparation, with sleeps for workers."""
 
-    fail: str = ""  # "values", "old_log_prob" or "ref"
+    fail: str = ""  # "values", "old_log_prob", "ref" or "reward"
 
-    def __init__(self, use_critic=True, use_reference_policy=True):
+    def __init__(self, use_critic=True, use_reference_policy=True, use_rm=False):
         self.use_critic = use_critic
         self.use_reference_policy = use_reference_policy
+        self.use_rm = use_rm
+        self.config = SimpleNamespace(algorithm={})
         self.global_steps = 1
         self.values_saw: list[str] = []
+        self.old_log_prob_saw: list[str] = []
         self.calls: dict[str, tuple[float, float]] = {}
 
     def _work(self, name):
@@ -64,7 +68,12 @@ class FakeTrainer:
         time.sleep(WORK_S)
         self.calls[name] = (start, time.monotonic())
 
+    def _compute_reward_colocate(self, batch):
+        self._work("reward" if "global_token_num" in batch.meta_info else "baseline_reward")
+        return FakeBatch({"rm_scores": 4})
+
     def _compute_old_log_prob(self, batch):
+        self.old_log_prob_saw = sorted(batch.batch)
         self._work("old_log_prob")
         return FakeBatch({"old_log_probs": 1})
 
@@ -78,7 +87,11 @@ class FakeTrainer:
         return FakeBatch({"values": 3})
 
     def fit(self):
+        if self.use_rm:  # REMAX's baseline: a reward call on another batch, before the step's
+            self._compute_reward_colocate(FakeBatch({"responses": 0}))
         batch = FakeBatch({"responses": 0}, {"uid": 0}, {"global_token_num": 8})
+        if self.use_rm:
+            batch = batch.union(self._compute_reward_colocate(batch))
         batch = batch.union(self._compute_old_log_prob(batch))
         if self.use_reference_policy:
             batch = batch.union(self._compute_ref_log_prob(batch))
@@ -97,6 +110,9 @@ class FakePrep(prep_overlap.V0Prep):
     def pools(self, trainer):
         return self._pools
 
+    def reward_pool(self, trainer):
+        return self._pools[1]
+
 
 @pytest.fixture
 def patched(monkeypatch):
@@ -110,10 +126,11 @@ def patched(monkeypatch):
         _wrapping.wrap(FakeTrainer, "_compute_old_log_prob", actor_compute)
         _wrapping.wrap(FakeTrainer, "_compute_ref_log_prob", actor_compute)
         _wrapping.wrap(FakeTrainer, "_compute_values", prep_overlap.make_values_wrapper(adapter))
+        _wrapping.wrap(FakeTrainer, "_compute_reward_colocate", prep_overlap.make_reward_wrapper(adapter))
         return adapter
 
     yield install
-    for method in prep_overlap.PREP_METHODS:
+    for method in (*prep_overlap.PREP_METHODS, "_compute_reward_colocate"):
         _wrapping.unwrap(FakeTrainer, method)
 
 
@@ -310,3 +327,55 @@ def test_overlap_switch_takes_on_off_or_a_list_of_phases(raw, phases):
 def test_overlap_switch_rejects_anything_else_naming_the_phases(raw):
     with pytest.raises(SettingsError, match=r"comma list of the phases updates, prep"):
         settings.parse_overlap(raw)
+
+
+def test_old_log_prob_and_ref_run_beside_a_colocated_reward_model(patched, caplog):
+    """RayPPOTrainer with a reward model on the critic's pool: the actor's lane starts with it,
+    and values start once it is done (the critic's pool is free again)."""
+    patched()
+    trainer = FakeTrainer(use_rm=True)
+    with caplog.at_level(logging.INFO, logger="verl_split.prep"):
+        started = time.monotonic()
+        batch = trainer.fit()
+        wall = time.monotonic() - started
+    assert sorted(batch.batch) == ["old_log_probs", "ref_log_prob", "responses", "rm_scores", "values"]
+    assert shared(trainer.calls["reward"], trainer.calls["old_log_prob"]) > 0.8 * WORK_S
+    assert shared(trainer.calls["values"], trainer.calls["ref"]) > 0.5 * WORK_S
+    assert trainer.calls["values"][0] >= trainer.calls["reward"][1]  # never two phases on the critic's pool
+    assert trainer.old_log_prob_saw == ["responses"]  # its snapshot, taken before the reward was merged
+    assert wall < 4 * WORK_S  # REMAX's baseline reward + max(reward + values, old_log_prob + ref)
+    assert "beside the reward model on critic_pool" in caplog.text
+    metrics = prep_overlap.take_metrics(trainer)
+    assert metrics["split/prep_overlapped"] == 1.0
+    assert metrics["split/prep_critic_s"] >= 2 * WORK_S  # reward model + values
+    assert metrics["split/prep_actor_s"] >= 2 * WORK_S
+
+
+def test_a_reward_model_failure_names_the_critic_pool_and_stops_the_actor_lane(patched):
+    patched()
+    trainer = FakeTrainer(use_rm=True)
+    trainer.fail = "reward"
+    with pytest.raises(PrepFailedError, match=r"the critic's reward model failed on resource pool 'critic_pool'"):
+        trainer.fit()
+    time.sleep(2 * WORK_S)
+    assert "old_log_prob" in trainer.calls and "ref" not in trainer.calls  # no worker called after the failure
+
+
+def test_an_actor_failure_beside_the_reward_model_names_the_actor_pool(patched):
+    patched()
+    trainer = FakeTrainer(use_rm=True)
+    trainer.fail = "old_log_prob"
+    with pytest.raises(PrepFailedError, match=r"the actor's old_log_prob failed on resource pool 'actor_pool'"):
+        trainer.fit()
+    assert "values" not in trainer.calls
+
+
+def test_reward_model_keeps_its_place_in_bypass_mode(patched, caplog):
+    patched()
+    trainer = FakeTrainer(use_rm=True)
+    trainer.config.algorithm["rollout_correction"] = {"bypass_mode": True}
+    with caplog.at_level(logging.INFO, logger="verl_split.prep"):
+        trainer.fit()
+    assert shared(trainer.calls["reward"], trainer.calls["old_log_prob"]) == 0.0
+    assert "The reward model runs before old_log_prob and ref: verl's bypass mode" in caplog.text
+    assert shared(trainer.calls["values"], trainer.calls["old_log_prob"]) > 0.8 * WORK_S  # values still overlap

@@ -18,6 +18,16 @@ changes only *when* values runs:
    step's batch keeps its stock order and the numbers are those of the same run without
    the overlap.
 
+``RayPPOTrainer`` with a reward model colocated on the critic's pool runs it in the step,
+before old_log_prob. There the actor's lane starts earlier: at the entry of the step's stock
+``_compute_reward_colocate``, old_log_prob and ref start on a snapshot on a controller
+thread; the reward model runs on the trainer's thread; the stock ``_compute_old_log_prob``
+and ``_compute_ref_log_prob`` calls that follow return what the thread computed, and values
+starts at the first of them (the critic's pool is free again). Both are pure functions of
+the batch's rollout fields, which the reward model does not change. verl's v1 trainer runs
+the reward model before balancing the batch, whose padding copies the reward's fields, so
+there the reward model keeps its place.
+
 When it must not overlap (a single pool, no critic, a trainer that overrides the step or
 these methods, v1 with the reference inside a LoRA actor, ``VERL_SPLIT_OVERLAP`` without
 ``prep``), the three calls run one after the other, still timed, and one log line names
@@ -78,6 +88,34 @@ class V0Prep(overlap.V0Adapter):
     def why_not(self, trainer: Any) -> str:
         return ""
 
+    def is_step_reward(self, batch: Any) -> bool:
+        """The step's own reward call, not REMAX's baseline or validation's: only the step's batch
+        carries ``global_token_num``, which ``fit`` sets after balancing, just before the reward."""
+        return "global_token_num" in batch.meta_info
+
+    def reward_pool(self, trainer: Any) -> str | None:
+        from verl.trainer.ppo.utils import Role
+
+        return trainer.resource_pool_manager.mapping.get(Role.RewardModel)
+
+    def why_not_during_reward(self, trainer: Any, actor_pool: str | None) -> str:
+        owner = _defining_class(type(trainer), "_compute_reward_colocate")
+        if owner is not self.trainer_class:
+            return f"{owner.__name__} overrides _compute_reward_colocate()"
+        corr = trainer.config.algorithm.get("rollout_correction", None)
+        if corr and corr.get("bypass_mode", False):
+            return "verl's bypass mode (algorithm.rollout_correction.bypass_mode) computes no old_log_prob"
+        pool = self.reward_pool(trainer)
+        if pool is None or pool == actor_pool:
+            return f"the reward model shares resource pool {pool!r} with the actor"
+        return ""
+
+    def actor_methods(self, trainer: Any) -> list[str]:
+        methods = ["_compute_old_log_prob"]
+        if getattr(trainer, "use_reference_policy", False):
+            methods.append("_compute_ref_log_prob")
+        return methods
+
 
 class V1Prep(overlap.V1Adapter):
     """v1 ``PPOTrainer``: ``_compute_*(batch, metrics)`` take a ``KVBatchMeta`` whose data lives in
@@ -132,11 +170,14 @@ class _PrepStep:
     adapter: Any
     actor_pool: str | None
     critic_pool: str | None
-    batch: Any  # the batch of the step's first actor-side call
-    overlapped: bool = False
+    batch: Any  # the batch of the step's first call: the reward model's, or old_log_prob's
+    may_overlap: bool = False  # decided once per step, see _why_sequential
+    overlapped: bool = False  # a lane was started on a controller thread
     actor: overlap._Interval = field(default_factory=overlap._Interval)
     actor_busy_s: float = 0.0  # old_log_prob + ref, summed
     critic: overlap._Interval = field(default_factory=overlap._Interval)
+    critic_busy_s: float = 0.0  # reward model + values, summed
+    early: dict[str, concurrent.futures.Future] = field(default_factory=dict)  # actor calls run beside the RM
     snapshot: Any = None
     extra_info_before: dict = field(default_factory=dict)
     values_future: concurrent.futures.Future | None = None
@@ -162,15 +203,66 @@ class _PrepStep:
 
     def _run_values(self, args: tuple, kwargs: dict) -> None:
         _controller.active = True
-        self.critic.start = time.monotonic()
+        started = self.critic_started()
         try:
             result = self.trainer._compute_values(*args, **kwargs)
         except BaseException as exc:  # handed to the trainer's thread, which raises it
-            self.critic.end = time.monotonic()
+            self.critic_ended(started)
             self.values_future.set_exception(exc)
         else:
-            self.critic.end = time.monotonic()
+            self.critic_ended(started)
             self.values_future.set_result(result)
+
+    def critic_started(self) -> float:
+        started = time.monotonic()
+        self.critic.start = self.critic.start or started
+        return started
+
+    def critic_ended(self, started: float) -> None:
+        self.critic.end = time.monotonic()
+        self.critic_busy_s += self.critic.end - started
+
+    # -- the actor's lane beside the reward model, on a controller thread ----------------
+    def launch_actor_lane(self, methods: list[str]) -> None:
+        snapshot = self.adapter.snapshot(self.batch)
+        self.early = {method: concurrent.futures.Future() for method in methods}
+        self.overlapped = True
+        logger.info(
+            "Starting old_log_prob and ref on %s beside the reward model on %s (step %s)",
+            self.actor_pool,
+            self.critic_pool,
+            self.trainer.global_steps,
+        )
+        threading.Thread(
+            target=self._run_actor_lane, args=(snapshot,), name="verl-split-actor-prep", daemon=True
+        ).start()
+
+    def _run_actor_lane(self, snapshot: Any) -> None:
+        _controller.active = True
+        for method, future in list(self.early.items()):
+            if self.aborted:  # the reward model failed: call no more workers
+                future.set_exception(RuntimeError("the step was aborted"))
+                continue
+            started = time.monotonic()
+            self.actor.start = self.actor.start or started
+            try:
+                result = getattr(self.trainer, method)(snapshot)
+            except BaseException as exc:
+                self.aborted = True
+                future.set_exception(exc)
+                continue
+            finally:
+                self.actor.end = time.monotonic()
+                self.actor_busy_s += self.actor.end - started
+            future.set_result(result)
+
+    def take_early(self, method: str) -> Any:
+        """The result of an actor call that ran beside the reward model."""
+        try:
+            return self.early.pop(method).result()
+        except Exception as exc:
+            self.aborted = True
+            raise self.failure("actor", method.removeprefix("_compute_"), exc) from exc
 
     def raise_if_values_failed(self) -> None:
         future = self.values_future
@@ -185,7 +277,10 @@ class _PrepStep:
             raise self.failure("critic", "values", exc) from exc
 
     def failure(self, role: str, phase: str, exc: BaseException) -> PrepFailedError:
-        pool, other = (self.critic_pool, "old_log_prob and ref") if role == "critic" else (self.actor_pool, "values")
+        if role == "critic":
+            pool, other = self.critic_pool, "old_log_prob and ref"
+        else:
+            pool, other = self.actor_pool, "values" if self.values_future else "the reward model"
         return PrepFailedError(
             f"the {role}'s {phase} failed on resource pool {pool!r} (step {self.trainer.global_steps}) while {other} "
             f"ran on the other pool: {type(exc).__name__}: {exc}. The run stops here. To tell the two apart, rerun "
@@ -203,7 +298,7 @@ class _PrepStep:
             shared = max(0.0, min(self.actor.end, self.critic.end) - max(self.actor.start, self.critic.start))
         return {
             "split/prep_actor_s": self.actor_busy_s,
-            "split/prep_critic_s": self.critic.seconds,
+            "split/prep_critic_s": self.critic_busy_s,
             "split/prep_wall_s": wall,
             "split/prep_overlap_s": shared,
             # 1 only when both lanes were really in flight at once.
@@ -216,7 +311,7 @@ class _PrepStep:
             return
         if self.overlapped:
             logger.info(
-                "Preparation: old_log_prob + ref %.1fs, values %.1fs, wall %.1fs, overlap %.1fs",
+                "Preparation: old_log_prob + ref %.1fs, values (+ reward model) %.1fs, wall %.1fs, overlap %.1fs",
                 metrics["split/prep_actor_s"],
                 metrics["split/prep_critic_s"],
                 metrics["split/prep_wall_s"],
@@ -227,7 +322,8 @@ class _PrepStep:
         if self.actor.end:
             overlap.record_interval(f"old_log_prob + ref (step {n})", f"actor pool: {self.actor_pool}", self.actor)
         if self.critic.end:
-            overlap.record_interval(f"values (step {n})", f"critic pool: {self.critic_pool}", self.critic)
+            name = "reward model + values" if self.early else "values"
+            overlap.record_interval(f"{name} (step {n})", f"critic pool: {self.critic_pool}", self.critic)
 
 
 def take_metrics(trainer: Any) -> dict[str, float]:
@@ -238,6 +334,11 @@ def take_metrics(trainer: Any) -> dict[str, float]:
 _warned: set[str] = set()
 
 
+def _defining_class(cls: type, method: str) -> type:
+    # Looked up in the class dicts: our wrappers are descriptors, getattr would bind a new one.
+    return next(c for c in cls.__mro__ if method in vars(c))
+
+
 def _why_sequential(trainer: Any, adapter: Any, actor_pool: str | None, critic_pool: str | None) -> str:
     """Empty when this step's preparation may overlap, else the reason it runs one phase after the other."""
     if not settings.read().overlap_prep:
@@ -245,8 +346,7 @@ def _why_sequential(trainer: Any, adapter: Any, actor_pool: str | None, critic_p
     if not adapter.runs_stock_step(trainer):
         return f"{type(trainer).__name__} overrides {adapter.step_method}(), so the order of its phases is unknown"
     for method in PREP_METHODS:
-        # Looked up in the class dicts: our wrappers are descriptors, getattr would bind a new one.
-        owner = next(c for c in type(trainer).__mro__ if method in vars(c))
+        owner = _defining_class(type(trainer), method)
         if owner is not adapter.trainer_class:
             return f"{owner.__name__} overrides {method}()"
     if actor_pool is None or actor_pool == critic_pool:
@@ -254,27 +354,62 @@ def _why_sequential(trainer: Any, adapter: Any, actor_pool: str | None, critic_p
     return adapter.why_not(trainer)
 
 
-def _log_once(reason: str) -> None:
+def _log_once(
+    reason: str, what: str = "Preparation (old_log_prob, ref, values) runs one phase after the other"
+) -> None:
     if reason not in _warned:
         _warned.add(reason)
-        logger.info("Preparation (old_log_prob, ref, values) runs one phase after the other: %s.", reason)
+        logger.info("%s: %s.", what, reason)
 
 
-def _new_step(trainer: Any, adapter: Any, batch: Any, args: tuple, kwargs: dict) -> _PrepStep:
+def _new_step(trainer: Any, adapter: Any, batch: Any) -> _PrepStep:
     actor_pool, critic_pool = adapter.pools(trainer)
     step = _PrepStep(trainer, adapter, actor_pool, critic_pool, batch)
     reason = _why_sequential(trainer, adapter, actor_pool, critic_pool)
+    step.may_overlap = not reason
     if reason:
         _log_once(reason)
-    else:
-        step.launch_values(args, kwargs)
     return step
+
+
+def make_reward_wrapper(adapter: V0Prep) -> Callable[..., Any]:
+    """For ``RayPPOTrainer._compute_reward_colocate``: start old_log_prob + ref beside the reward model."""
+
+    def _wrap_compute_reward_colocate(wrapped, trainer, args, kwargs):
+        batch = overlap._batch(args, kwargs)
+        if getattr(_controller, "active", False) or not getattr(trainer, "use_critic", False):
+            return wrapped(*args, **kwargs)
+        if not adapter.is_step_reward(batch):
+            return wrapped(*args, **kwargs)
+        step = _new_step(trainer, adapter, batch)
+        if step.may_overlap:
+            reason = adapter.why_not_during_reward(trainer, step.actor_pool)
+            if reason:
+                _log_once(reason, "The reward model runs before old_log_prob and ref")
+            else:
+                step.launch_actor_lane(adapter.actor_methods(trainer))
+        setattr(trainer, _STEP_ATTR, step)
+        started = step.critic_started()
+        try:
+            result = wrapped(*args, **kwargs)
+        except Exception as exc:
+            step.aborted = True  # the actor's lane calls no more workers
+            vars(trainer).pop(_STEP_ATTR, None)
+            if step.early:
+                raise step.failure("critic", "reward model", exc) from exc
+            raise
+        step.critic_ended(started)
+        return result
+
+    return _wrap_compute_reward_colocate
 
 
 def make_actor_compute_wrapper(adapter: Any) -> Callable[..., Any]:
     """For ``_compute_old_log_prob`` and ``_compute_ref_log_prob``: launch values at the first, time both."""
 
     def _wrap_actor_compute(wrapped, trainer, args, kwargs):
+        if getattr(_controller, "active", False):
+            return wrapped(*args, **kwargs)  # the actor's lane beside the reward model
         if not getattr(trainer, "use_critic", False):
             _log_once("this run has no critic (e.g. GRPO)")
             return wrapped(*args, **kwargs)
@@ -283,8 +418,17 @@ def make_actor_compute_wrapper(adapter: Any) -> Callable[..., Any]:
         if step is None or not adapter.same_batch(step.batch, batch):
             if step is not None:
                 step.aborted = True  # a step that never reached values: never joined
-            step = _new_step(trainer, adapter, batch, args, kwargs)
+            step = _new_step(trainer, adapter, batch)
             setattr(trainer, _STEP_ATTR, step)
+        if step.may_overlap and step.values_future is None:
+            step.launch_values(args, kwargs)  # the critic's pool is free: no reward model, or it is done
+        if wrapped.__name__ in step.early:
+            try:
+                step.raise_if_values_failed()
+                return step.take_early(wrapped.__name__)
+            except PrepFailedError:
+                vars(trainer).pop(_STEP_ATTR, None)
+                raise
         started = time.monotonic()
         step.actor.start = step.actor.start or started
         try:
@@ -314,7 +458,7 @@ def make_values_wrapper(adapter: Any) -> Callable[..., Any]:
             return wrapped(*args, **kwargs)  # the launched call itself
         step: _PrepStep | None = vars(trainer).pop(_STEP_ATTR, None)
         batch = overlap._batch(args, kwargs)
-        if step is not None and step.overlapped:
+        if step is not None and step.values_future is not None:
             if not adapter.same_batch(step.batch, batch):
                 step.aborted = True
                 raise RuntimeError(
@@ -326,9 +470,9 @@ def make_values_wrapper(adapter: Any) -> Callable[..., Any]:
             if step is None:  # no actor-side call this step (bypass mode without ref)
                 actor_pool, critic_pool = adapter.pools(trainer)
                 step = _PrepStep(trainer, adapter, actor_pool, critic_pool, batch)
-            step.critic.start = time.monotonic()
+            started = step.critic_started()
             result = wrapped(*args, **kwargs)
-            step.critic.end = time.monotonic()
+            step.critic_ended(started)
         step.finish()
         return result
 
