@@ -1,17 +1,17 @@
 """Shared fixtures: the tiny CPU assets (made once per run) and a main_ppo runner.
 
 ``run_main_ppo`` starts the stock ``python -m verl.trainer.main_ppo`` in a subprocess
-(CPU mode on, the caller's ``VERL_SPLIT*`` untouched), samples the memory of its whole
-process tree while it runs, and reads the per-step metrics verl's ``file`` logger wrote.
+(CPU mode on, the caller's ``VERL_SPLIT*`` untouched) through the demo's runner
+(``verl_split/runner.py``: output to ``main_ppo.log``, the whole process group killed on a
+timeout), samples the memory of its whole process tree while it runs, and reads the
+per-step metrics verl's ``file`` logger wrote.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import subprocess
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from verl_split.assets import TinyAssets, make_tiny_assets
-from verl_split.demo import METRICS_FILE, main_ppo_command, read_metrics, run_environment
+from verl_split.demo import run_environment
+from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -119,36 +120,33 @@ def run_main_ppo(
     timeout: float = 600,
 ) -> PPORun:
     """Run ``python -m verl.trainer.main_ppo`` with ``overrides`` on CPU and collect what it did."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log_path = out_dir / "main_ppo.log"
-    started = time.monotonic()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            main_ppo_command(list(overrides)),
-            env=run_environment(out_dir, env),
-            cwd=out_dir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so a timeout can end all of it
-        )
-        sampler = _TreeMemorySampler(proc.pid)
-        sampler.start()
-        try:
-            returncode = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            returncode = proc.wait()
-        finally:
-            sampler.stop()
-    wall = time.monotonic() - started
+    samplers: list[_TreeMemorySampler] = []
+
+    def sample_memory(pid: int) -> None:
+        samplers.append(_TreeMemorySampler(pid))
+        samplers[-1].start()
+
     metrics_path = out_dir / METRICS_FILE
+    try:
+        finished = run_logged(
+            main_ppo_command(list(overrides)),
+            run_environment(out_dir, env),
+            out_dir,
+            out_dir / LOG_FILE,
+            metrics_path,
+            on_start=sample_memory,
+            timeout=timeout,
+        )
+    finally:
+        for sampler in samplers:
+            sampler.stop()
     return PPORun(
-        returncode=returncode,
-        wall_s=wall,
-        peak_rss_bytes=sampler.peak_rss,
-        peak_pss_bytes=sampler.peak_pss,
+        returncode=finished.returncode,
+        wall_s=finished.wall_s,
+        peak_rss_bytes=samplers[0].peak_rss,
+        peak_pss_bytes=samplers[0].peak_pss,
         metrics=read_metrics(metrics_path) if metrics_path.exists() else [],
-        log=log_path.read_text(errors="replace"),
+        log=finished.log_path.read_text(errors="replace"),
     )
 
 
