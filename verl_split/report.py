@@ -1,18 +1,40 @@
 """Summaries of a run, from the per-step metrics verl's tracker recorded.
 
 Used by ``verl-split demo`` and the benchmarks: the whole step broken into phases
-(:func:`phase_times`), a per-step table of the update phase for the console and a PNG plot
-of the per-step update times with and without overlap.
+(:func:`phase_times`), a console table of the phases of several runs side by side and a PNG
+of each run's phases per step (stacked bars), a per-step table of the update phase for the
+console and a PNG plot of the per-step update times with and without overlap.
 """
 
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 #: The phases of one PPO step, in the order they run; see :func:`phase_times`.
 PHASES = ("gen", "reward", "prep", "adv", "updates", "other")
+
+#: What each phase is, for the legend under the phase table.
+PHASE_MEANINGS = {
+    "gen": "generation",
+    "reward": "reward model",
+    "prep": "old_log_prob + ref + values",
+    "adv": "advantages",
+    "updates": "critic + actor updates",
+    "other": "weight sync, checkpoints and the rest of the step",
+}
+
+#: One colour per phase in :func:`plot_step_times` (matplotlib's tab10, in phase order).
+PHASE_COLORS = {
+    "gen": "#1f77b4",
+    "reward": "#bcbd22",
+    "prep": "#2ca02c",
+    "adv": "#9467bd",
+    "updates": "#d62728",
+    "other": "#7f7f7f",
+}
 
 
 def phase_times(step: dict[str, Any]) -> dict[str, float]:
@@ -43,6 +65,117 @@ def phase_times(step: dict[str, Any]) -> dict[str, float]:
     phases["other"] = max(total - sum(phases.values()), 0.0)
     phases["step"] = total
     return {name: phases[name] for name in (*PHASES, "step")}
+
+
+#: One run in a comparison: its title and its per-step metrics (verl's keys, ``step`` included).
+Column = tuple[str, Sequence[dict[str, Any]]]
+
+#: A phase below this in every run is one the job does not have: verl times an empty block
+#: (``timing_s/reward`` without a reward model is a few microseconds).
+MIN_PHASE_S = 5e-4
+
+
+def steady_steps(metrics: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps a run's means are taken over: all but the first, which pays one-off costs (start-up,
+    the first allocations, the rollout's warm-up), or the first alone if it is the only one."""
+    ordered = sorted(metrics, key=lambda m: int(m["step"]))
+    return ordered[1:] or ordered
+
+
+def mean_phases(metrics: Sequence[dict[str, Any]]) -> dict[str, float] | None:
+    """The mean of :func:`phase_times` over :func:`steady_steps`; None for a run without steps."""
+    steps = steady_steps(metrics)
+    if not steps:
+        return None
+    times = [phase_times(step) for step in steps]
+    return {name: sum(t[name] for t in times) / len(times) for name in (*PHASES, "step")}
+
+
+def _mean_of(metrics: Sequence[dict[str, Any]]) -> str:
+    numbers = [int(m["step"]) for m in steady_steps(metrics)]
+    if not numbers:
+        return "no steps"
+    if len(metrics) == 1:
+        return f"step {numbers[0]}, the only one (it pays one-off start-up costs)"
+    span = f"step {numbers[0]}" if len(numbers) == 1 else f"steps {numbers[0]}-{numbers[-1]}"
+    return f"mean of {span} (step {int(min(m['step'] for m in metrics))} pays one-off start-up costs)"
+
+
+def phase_table(columns: Sequence[Column]) -> str:
+    """The console table: mean wall time per phase of each run side by side, the whole step last; then the
+    last run's speed-up of the whole step against each other run, and what the phases are."""
+    means = [mean_phases(metrics) for _, metrics in columns]
+    shown = [p for p in PHASES if any(m is not None and m[p] >= MIN_PHASE_S for m in means)]
+    titles = [title for title, _ in columns]
+    widths = [max(len(title), 8) for title in titles]
+    header = "phase   | " + " | ".join(f"{t:>{w}}" for t, w in zip(titles, widths, strict=True))
+    rule = "-" * len(header)
+    lines = [f"wall time per phase, {_mean_of(columns[0][1] if columns else [])}:", header, rule]
+    for phase in (*shown, "step"):
+        if phase == "step":
+            lines.append(rule)
+        cells = ["-" if m is None else f"{m[phase]:.2f}s" for m in means]
+        lines.append(f"{phase:<7} | " + " | ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+    last = means[-1] if means else None
+    if len(columns) > 1 and last is not None and last["step"] > 0:
+        against = [
+            f"{m['step'] / last['step']:.2f}x against {title}"
+            for title, m in zip(titles[:-1], means[:-1], strict=True)
+            if m is not None
+        ]
+        lines.append(f"speed-up of the whole step, {titles[-1]}: {', '.join(against)}")
+    meanings = [f"{p} = {PHASE_MEANINGS[p]}" for p in shown]
+    lines += textwrap.wrap("; ".join(meanings), width=max(len(header), 100))
+    return "\n".join(lines)
+
+
+def plot_step_times(columns: Sequence[Column], path: str | os.PathLike[str]) -> None:
+    """A PNG: for each PPO step one bar per run, side by side, stacked by phase, the step's time on top."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    per_run = [{int(m["step"]): phase_times(m) for m in metrics} for _, metrics in columns]
+    steps = sorted({step for run in per_run for step in run})
+    shown = [p for p in PHASES if any(t[p] >= MIN_PHASE_S for run in per_run for t in run.values())]
+    # One word per line under each bar: "split, overlaps off" is wider than its bar.
+    labels = [title.replace(",", "").replace(" ", "\n") for title, _ in columns]
+    label_lines = max((label.count("\n") + 1 for label in labels), default=1)
+    slots = len(columns) + 1  # the runs of a step, then a gap before the next step
+    fig, ax = plt.subplots(figsize=(min(4.5 + max(0.6 * slots * len(steps), 4.0), 24.0), 5.0))
+    ticks, tick_labels = [], []
+    for j, step in enumerate(steps):
+        for i, label in enumerate(labels):
+            x = j * slots + i
+            ticks.append(x)
+            tick_labels.append(label)
+            times = per_run[i].get(step)
+            if times is None:
+                continue
+            bottom = 0.0
+            for phase in shown:
+                ax.bar(x, times[phase], 0.8, bottom=bottom, color=PHASE_COLORS[phase])
+                bottom += times[phase]
+            ax.text(x, bottom, f"{times['step']:.1f}s", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(tick_labels, fontsize=8)
+    ax.set_xlim(-1, len(steps) * slots - 1)  # half a gap at either end, also when there is one bar
+    # The step numbers on a second x axis, below the runs' labels.
+    steps_axis = ax.secondary_xaxis("bottom")
+    steps_axis.set_xticks([j * slots + (len(columns) - 1) / 2 for j in range(len(steps))])
+    steps_axis.set_xticklabels([f"step {step}" for step in steps], fontweight="bold")
+    steps_axis.tick_params(length=0, pad=8 + 10 * label_lines)
+    ax.set_ylabel("seconds")
+    ax.set_title("wall time of each PPO step, by phase")
+    # Listed top to bottom as the bars are stacked, beside the plot so that no bar is hidden.
+    handles = [Patch(color=PHASE_COLORS[p], label=f"{p}: {PHASE_MEANINGS[p]}") for p in reversed(shown)]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.margins(y=0.08)  # room for the times above the bars
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def step_rows(metrics: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
