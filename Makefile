@@ -13,7 +13,8 @@ $(BIN)/verl-split: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]' -c constraints/verl-0.9.txt
 	touch $@
 
-# Split placement and overlapped updates on CPU, then the same job without overlap, for the plot.
+# The same PPO job on CPU three ways (stock verl, split placement with overlaps off, then on): a per-phase
+# table on the console, verl's output and the plots in demo_output/.
 demo: $(BIN)/verl-split
 	VERL_SPLIT=1 $(BIN)/verl-split demo --compare --out demo_output
 
