@@ -269,6 +269,16 @@ def test_update_overlapped_flag_needs_the_actor_in_flight():
     assert not step.really_overlapped
 
 
+def test_a_blocking_critic_dispatch_starts_no_actor_thread():
+    """A dispatch that returns the result itself: the critic is done, so the actor's update runs
+    where stock runs it and the step reads split/overlapped 0 (it used to read 1)."""
+    step = overlap._Step(None, None, "a", "c", (), {}, overlapped=True)
+    result = object()
+    assert step.on_critic_dispatched(result) is result
+    assert step.actor_future is None and not step.really_overlapped
+    assert step.metrics()["split/overlapped"] == 0.0
+
+
 def test_whole_step_metrics_by_hand():
     data = {
         "timing_s/step": 10.0,

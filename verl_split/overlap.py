@@ -193,12 +193,13 @@ class _Step:
 
     # -- the critic side, on the trainer's thread ------------------------------------------
     def on_critic_dispatched(self, future: Any) -> Any:
-        if self.actor_future is None:
-            self.launch_actor()
         if not callable(getattr(future, "get", None)):
-            # A blocking dispatch already holds the result: nothing left to overlap with.
+            # A blocking dispatch already holds the result: the critic is done, nothing to overlap
+            # with. The actor's update then runs where stock runs it, and the step says so.
             self.critic.end = time.monotonic()
             return future
+        if self.actor_future is None:
+            self.launch_actor()
         return _CriticResult(future, self)
 
     def wait_for_critic(self, future: Any) -> Any:
@@ -392,9 +393,9 @@ def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
             step.critic.end = time.monotonic()
         if step.actor_future is None:
             _warn_once(
-                f"{type(trainer).__name__}._update_critic dispatched the critic's update without the worker-group "
-                "methods verl-split watches (train_mini_batch, update_critic), so this step's updates ran one after "
-                "the other; please report this with your verl version"
+                f"{type(trainer).__name__}._update_critic did not dispatch the critic's update through a "
+                "non-blocking call verl-split watches (train_mini_batch, update_critic), so the updates ran one "
+                "after the other (split/overlapped 0); please report this with your verl version"
             )
         setattr(trainer, _STEP_ATTR, step)
         return result

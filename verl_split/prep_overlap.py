@@ -311,8 +311,9 @@ class _PrepStep:
             return
         if self.overlapped:
             logger.info(
-                "Preparation: old_log_prob + ref %.1fs, values (+ reward model) %.1fs, wall %.1fs, overlap %.1fs",
+                "Preparation: old_log_prob + ref %.1fs, %s %.1fs, wall %.1fs, overlap %.1fs",
                 metrics["split/prep_actor_s"],
+                "reward model + values" if self.early else "values",
                 metrics["split/prep_critic_s"],
                 metrics["split/prep_wall_s"],
                 metrics["split/prep_overlap_s"],
