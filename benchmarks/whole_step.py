@@ -1,0 +1,372 @@
+"""Benchmark: the whole PPO step four ways, side by side, on real verl workers on CPU (no GPU used or needed).
+
+One invocation runs the same CPU dry-run PPO job (``verl_split.demo.dry_run_overrides``: GAE with a critic,
+a reference policy for the KL loss, 2 logical GPUs, verl's ``trainer.use_v1`` by default, ``--trainer v0``
+for ``RayPPOTrainer``) in four configurations:
+
+- ``stock``: ``VERL_SPLIT`` unset, every role on both logical GPUs (data parallel over 2 workers);
+- ``split sequential``: ``VERL_SPLIT=1 VERL_SPLIT_OVERLAP=off``, actor+rollout+ref on one logical GPU,
+  the critic on the other, every phase one after the other;
+- ``split + updates``: ``VERL_SPLIT_OVERLAP=updates``, the actor and critic updates at once;
+- ``split + all``: ``VERL_SPLIT_OVERLAP=on``, also the critic's values beside old_log_prob + ref.
+
+Each repetition (``--repeats``) first measures the machine's parallel ceiling (``ceiling.py``: two bare
+torch processes with the workers' thread settings, at once and one after the other), then runs the four
+configurations, in an order rotated by one per repetition so that drift hits them equally. A run's
+value is its mean over steps 2..N (step 1 pays one-off costs); tables show median [min-max] across the
+repetitions. Run from the repository root on an otherwise idle machine (``make`` set-up done):
+
+    .venv/bin/python benchmarks/whole_step.py --json benchmarks/whole_step.json
+
+The job is made heavy enough that fixed costs do not dominate (``--batch 128`` prompts, 16-token
+answers, one PPO epoch, micro-batches of ``--critic-tokens`` tokens: verl's dynamic batch size on both
+sides, which is the only micro-batch setting verl's v1 trainer gives the critic). The tiny model computes
+little per token, so most of each phase is verl's per-micro-batch work (Python, FSDP, autograd), one
+thread per worker. A calibration run (split sequential, equal settings) measures how much more the
+actor's side costs and sets the actor's token budgets (and, if needed, epochs) so that each phase has
+the target work ratio (``--update-ratio``, ``--prep-ratio``, default 1:1). Numbers:
+
+- phase table: wall time per phase (``verl_split.report.phase_times``: ``prep`` = old_log_prob + ref +
+  values, ``updates`` = both updates; with split placement from verl-split's ``split/*`` walls);
+- lanes: each side's own time in the sequential run (``split/actor_update_s``, ``split/critic_update_s``;
+  ``split/prep_actor_s`` = old_log_prob + ref, ``split/prep_critic_s`` = values), their ratio, and
+  efficiency = ideal wall / measured wall, ideal = the longer lane, measured = the phase's wall in the run
+  with that overlap on (1.0 = perfect overlap); efficiency / ceiling = how close to what two bare
+  processes reach on this machine;
+- speed-ups of the whole step (``timing_s/step``) of each configuration against split sequential and
+  stock, per repetition;
+- breakdown (``breakdown.py``): where each overlapped phase's wall goes, from the driver's lanes
+  (``VERL_SPLIT_TRACE``) and the workers' own intervals and CPU time (``tests/plugins/phase_log.py``).
+
+verl's v1 trainer waits for generation by polling every 2 s, so its ``gen`` comes in multiples of 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import breakdown
+import ceiling
+
+from verl_split import report
+from verl_split.assets import make_tiny_assets
+from verl_split.demo import dry_run_overrides, run_environment
+from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
+
+PLUGINS = Path(__file__).resolve().parents[1] / "tests" / "plugins"
+#: (key, title, VERL_SPLIT, VERL_SPLIT_OVERLAP); VERL_SPLIT None = unset.
+CONFIGS = (
+    ("stock", "stock", None, None),
+    ("sequential", "split sequential", "1", "off"),
+    ("updates", "split + updates", "1", "updates"),
+    ("all", "split + all", "1", "on"),
+)
+TITLES = {key: title for key, title, _, _ in CONFIGS}
+#: Which run measures which overlapped phase, against the split sequential run.
+OVERLAPPED = (("updates", "updates"), ("updates", "all"), ("prep", "all"))
+#: Per phase, the metrics of each lane, then verl's timers to fall back on.
+LANES = {
+    "updates": {"actor": ("split/actor_update_s",), "critic": ("split/critic_update_s",)},
+    "prep": {
+        "actor": ("split/prep_actor_s", "timing_s/old_log_prob", "timing_s/ref"),
+        "critic": ("split/prep_critic_s", "timing_s/values"),
+    },
+}
+#: The reference policy doubles the actor's forward passes in the preparation: the calibration's first guess.
+PREP_PRIOR = 2.0
+MAX_PROMPT = 32  # dry_run_overrides' data.max_prompt_length
+
+
+@dataclass
+class Workload:
+    batch: int
+    response_length: int
+    critic_tokens: int
+    critic_epochs: int
+    actor_epochs: int
+    actor_update_tokens: int
+    actor_prep_tokens: int
+    trainer: str
+
+    @property
+    def min_tokens(self) -> int:  # verl's dynamic batch size needs the longest sequence to fit
+        return MAX_PROMPT + self.response_length
+
+    def overrides(self) -> list[str]:
+        """Hydra overrides on top of the dry run's (later ones win)."""
+        b = self.batch
+        return [
+            f"data.train_batch_size={b}",
+            f"data.max_response_length={self.response_length}",
+            f"actor_rollout_ref.rollout.max_model_len={self.min_tokens}",
+            "trainer.total_epochs=1000",  # the 256 prompts would otherwise end the run after 256 / batch steps
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={b}",
+            f"critic.ppo_mini_batch_size={b}",
+            f"actor_rollout_ref.actor.ppo_epochs={self.actor_epochs}",
+            f"critic.ppo_epochs={self.critic_epochs}",
+            "actor_rollout_ref.actor.use_kl_loss=true",  # a reference policy: ref runs in the preparation
+            "actor_rollout_ref.actor.use_dynamic_bsz=true",  # the critic's follows it
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={self.actor_update_tokens}",
+            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={self.actor_prep_tokens}",
+            f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={self.actor_prep_tokens}",
+            f"critic.ppo_max_token_len_per_gpu={self.critic_tokens}",
+            f"+critic.ppo_infer_max_token_len_per_gpu={self.critic_tokens}",  # v1: the critic's only budget
+        ]
+
+
+def run_job(assets, work: Workload, key: str, out: Path, steps: int) -> list[dict]:
+    _, title, split, overlap = next(c for c in CONFIGS if c[0] == key)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "PHASE_LOG"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+        VERL_USE_EXTERNAL_MODULES="phase_log",
+        PHASE_LOG=str(out / "phase_log.jsonl"),
+        OMP_NUM_THREADS="1",
+    )
+    if split:
+        env.update(VERL_SPLIT=split, VERL_SPLIT_OVERLAP=overlap, VERL_SPLIT_TRACE=str(out / "timeline.json"))
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("phase_log.jsonl", "timeline.json"):
+        (out / stale).unlink(missing_ok=True)
+    overrides = dry_run_overrides(assets, steps, "gae", work.trainer, out, n_gpus_per_node=2) + work.overrides()
+    done = run_logged(main_ppo_command(overrides), run_environment(out, env), out, out / LOG_FILE, out / METRICS_FILE)
+    if done.returncode != 0:
+        sys.exit(f"main_ppo failed ({title}, exit status {done.returncode}); see {out / LOG_FILE}")
+    print(f"  {title}: {done.wall_s:.0f} s", file=sys.stderr, flush=True)
+    return read_metrics(out / METRICS_FILE)
+
+
+def lane_means(metrics: list[dict], phase: str) -> dict[str, float]:
+    """Each lane's mean over steps 2..N, from verl-split's lane metric or else verl's timers."""
+    steps = report.steady_steps(metrics)
+    means = {}
+    for lane, keys in LANES[phase].items():
+        own, timers = keys[0], keys[1:]
+        means[lane] = statistics.fmean(
+            float(s[own]) if own in s else sum(float(s.get(t, 0.0)) for t in timers) for s in steps
+        )
+    return means
+
+
+def calibrate(assets, work: Workload, out: Path, update_ratio: float, prep_ratio: float) -> tuple[Workload, dict]:
+    """One split sequential run at equal settings; returns the workload tuned to the target ratios."""
+    prior = max(work.min_tokens, round(work.critic_tokens * PREP_PRIOR))
+    trial = Workload(**{**asdict(work), "actor_epochs": work.critic_epochs, "actor_prep_tokens": prior})
+    trial.actor_update_tokens = work.critic_tokens
+    metrics = run_job(assets, trial, "sequential", out, steps=3)
+    upd, prep = lane_means(metrics, "updates"), lane_means(metrics, "prep")
+    k_update, k_prep = upd["actor"] / upd["critic"], prep["actor"] / prep["critic"]
+    # Time ~ epochs x micro-batches ~ epochs / token budget, so the actor's budget scales with the ratio.
+    epochs = max(1, math.ceil(update_ratio * work.critic_epochs * work.min_tokens / (work.critic_tokens * k_update)))
+    update_tokens = round(work.critic_tokens * k_update * epochs / (work.critic_epochs * update_ratio))
+    prep_tokens = round(prior * k_prep / prep_ratio)
+    if prep_tokens < work.min_tokens:
+        print(
+            f"prep ratio {prep_ratio:g}:1 needs micro-batches below one sequence; using the smallest", file=sys.stderr
+        )
+    tuned = Workload(**asdict(work))
+    tuned.actor_epochs = epochs
+    tuned.actor_update_tokens = max(work.min_tokens, update_tokens)
+    tuned.actor_prep_tokens = max(work.min_tokens, prep_tokens)
+    found = {"update_cost_ratio": k_update, "prep_cost_ratio": k_prep, "updates_s": upd, "prep_s": prep}
+    print(
+        f"calibration: actor:critic {k_update:.2f}:1 in the updates at equal settings, {k_prep:.2f}:1 in the "
+        f"preparation at {prior} tokens; set: actor epochs {epochs}, actor token budgets update "
+        f"{tuned.actor_update_tokens}, prep {tuned.actor_prep_tokens} (critic {work.critic_tokens})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return tuned, found
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def cell_of(s: dict[str, float], fmt: str = ".2f") -> str:
+    return f"{s['median']:{fmt}} [{s['min']:{fmt}}-{s['max']:{fmt}}]"
+
+
+def cell(values: list[float], fmt: str = ".2f") -> str:
+    return cell_of(stats(values), fmt)
+
+
+def phase_rows(reps: list[dict], target: dict[str, float]) -> list[dict]:
+    rows = []
+    for phase, key in OVERLAPPED:
+        per_rep = []
+        for rep in reps:
+            lanes = lane_means(rep["metrics"]["sequential"], phase)
+            seq_wall = report.mean_phases(rep["metrics"]["sequential"])[phase]
+            wall = report.mean_phases(rep["metrics"][key])[phase]
+            ideal = max(lanes.values())
+            per_rep.append(
+                {
+                    "actor_s": lanes["actor"],
+                    "critic_s": lanes["critic"],
+                    "ratio_value": lanes["actor"] / lanes["critic"],
+                    "ideal_wall_s": ideal,
+                    "wall_sequential_s": seq_wall,
+                    "wall_overlap_s": wall,
+                    "speedup": seq_wall / wall,
+                    "efficiency": ideal / wall,
+                    "ceiling": rep["ceiling"].ceiling,
+                    "efficiency_vs_ceiling": ideal / wall / rep["ceiling"].ceiling,
+                }
+            )
+        row = {"kind": "phase", "phase": phase, "config": TITLES[key], "target_ratio": f"{target[phase]:g}:1"}
+        for name in per_rep[0]:
+            s = stats([r[name] for r in per_rep])
+            row.update({name: s["median"], f"{name}_min": s["min"], f"{name}_max": s["max"]})
+        row["ratio"] = f"{row['ratio_value']:.2f}:1"
+        rows.append({**row, "per_repetition": per_rep})
+    return rows
+
+
+def step_rows(reps: list[dict]) -> list[dict]:
+    rows = []
+    for key, title, _, _ in CONFIGS:
+        means = [report.mean_phases(rep["metrics"][key]) for rep in reps]
+        row = {"kind": "step", "phase": "step", "config": title}
+        row["phases_s"] = {p: stats([m[p] for m in means]) for p in (*report.PHASES, "step")}
+        for base in ("sequential", "stock"):
+            ups = [report.mean_phases(r["metrics"][base])["step"] / m["step"] for r, m in zip(reps, means, strict=True)]
+            row[f"speedup_vs_{base}"] = stats(ups)
+        rows.append(row)
+    return rows
+
+
+def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
+    keys = [key for key, *_ in CONFIGS]
+    means = {key: [report.mean_phases(rep["metrics"][key]) for rep in reps] for key in keys}
+    shown = [p for p in report.PHASES if any(m[p] >= report.MIN_PHASE_S for ms in means.values() for m in ms)]
+    print(f"\nwall time per phase, s: median [min-max] of {len(reps)} repetitions, each the mean of steps 2..N")
+    head = f"{'phase':<8}" + "".join(f"{TITLES[k]:>22}" for k in keys)
+    print(head + "\n" + "-" * len(head))
+    for phase in (*shown, "step"):
+        print(f"{phase:<8}" + "".join(f"{cell([m[phase] for m in means[k]]):>22}" for k in keys))
+    for row in (r for r in rows if r["kind"] == "step" and r["config"] != TITLES["stock"]):
+        against = [b for b in ("sequential", "stock") if row["config"] != TITLES[b]]
+        ups = [f"{cell_of(row[f'speedup_vs_{b}'])}x against {TITLES[b]}" for b in against]
+        print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
+    print("\nlanes in the split sequential run (s), and the overlap: median [min-max]")
+    head = (
+        f"{'phase':<8}{'overlap in':>17}{'actor':>7}{'critic':>7}{'ratio':>8}{'ideal':>7}{'wall seq':>9}"
+        f"{'wall ovl':>9}{'speed-up':>9}{'efficiency':>19}{'ceiling':>19}{'eff/ceiling':>19}"
+    )
+    print(head + "\n" + "-" * len(head))
+    for r in (r for r in rows if r["kind"] == "phase"):
+        values = {k: [p[k] for p in r["per_repetition"]] for k in ("efficiency", "ceiling", "efficiency_vs_ceiling")}
+        print(
+            f"{r['phase']:<8}{r['config']:>17}{r['actor_s']:7.2f}{r['critic_s']:7.2f}{r['ratio']:>8}"
+            f"{r['ideal_wall_s']:7.2f}{r['wall_sequential_s']:9.2f}{r['wall_overlap_s']:9.2f}{r['speedup']:8.2f}x"
+            + "".join(f"{cell(values[k]):>19}" for k in values)
+        )
+    median_ceiling = statistics.median(rep["ceiling"].ceiling for rep in reps)
+    for (phase, key), summary in summaries.items():
+        if summary:
+            print("\n" + breakdown.table(f"{phase} phase, split sequential vs {TITLES[key]}", summary, median_ceiling))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions of the four runs (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=4, help="PPO steps per run; step 1 is not averaged")
+    parser.add_argument("--trainer", choices=("v1", "v0"), default="v1", help="verl trainer (default %(default)s)")
+    parser.add_argument("--batch", type=int, default=128, help="prompts per step, one mini-batch (default %(default)s)")
+    parser.add_argument("--response-length", type=int, default=16, help="tokens per answer (default %(default)s)")
+    parser.add_argument(
+        "--critic-tokens", type=int, default=64, help="critic's tokens per micro-batch (default %(default)s)"
+    )
+    parser.add_argument("--critic-epochs", type=int, default=1, help="critic PPO epochs (default %(default)s)")
+    parser.add_argument("--update-ratio", type=float, default=1.0, help="actor:critic work in the updates (default 1)")
+    parser.add_argument(
+        "--prep-ratio", type=float, default=1.0, help="actor:critic work in the preparation (default 1)"
+    )
+    parser.add_argument(
+        "--ceiling-seconds", type=float, default=2.0, help="work per bare process (default %(default)s)"
+    )
+    parser.add_argument("--work-dir", default=None, help="where runs write (default: a temporary folder)")
+    parser.add_argument("--json", default=None, help="write the rows as a JSON list to this file")
+    args = parser.parse_args()
+    started, load_before = time.monotonic(), os.getloadavg()
+    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="verl_split_whole_step_")).resolve()
+    assets = make_tiny_assets(work_dir / "assets")
+    work = Workload(
+        args.batch,
+        args.response_length,
+        max(args.critic_tokens, MAX_PROMPT + args.response_length),
+        args.critic_epochs,
+        args.critic_epochs,
+        0,
+        0,
+        args.trainer,
+    )
+    print(f"calibrating in {work_dir} ...", file=sys.stderr, flush=True)
+    work, found = calibrate(assets, work, work_dir / "calibration", args.update_ratio, args.prep_ratio)
+    iterations = ceiling.iterations_for(args.ceiling_seconds) if args.repeats else 0
+    reps = []
+    for i in range(args.repeats):
+        rep = {"ceiling": ceiling.measure(iterations), "metrics": {}, "out": {}}
+        print(f"repetition {i + 1}/{args.repeats}: ceiling {rep['ceiling'].ceiling:.2f}", file=sys.stderr, flush=True)
+        order = CONFIGS[i % len(CONFIGS) :] + CONFIGS[: i % len(CONFIGS)]
+        for key, *_ in order:
+            rep["out"][key] = work_dir / f"rep{i + 1}" / key
+            rep["metrics"][key] = run_job(assets, work, key, rep["out"][key], args.steps)
+        reps.append(rep)
+    if not reps:  # --repeats 0: the calibration alone
+        return 0
+    target = {"updates": args.update_ratio, "prep": args.prep_ratio}
+    rows = phase_rows(reps, target) + step_rows(reps)
+    summaries = {}
+    for phase, key in OVERLAPPED:
+        per_run = {
+            k: [
+                breakdown.run_breakdown(
+                    r["out"][k], r["metrics"][k], phase, [int(s["step"]) for s in report.steady_steps(r["metrics"][k])]
+                )
+                for r in reps
+            ]
+            for k in ("sequential", key)
+        }
+        summaries[(phase, key)] = breakdown.compare(per_run["sequential"], per_run[key])
+    print_tables(reps, rows, summaries)
+    minutes = (time.monotonic() - started) / 60
+    print(
+        f"\n{len(reps)} repetitions in {minutes:.1f} min; load average {load_before[0]:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs; work in {work_dir}"
+    )
+    if args.json:
+        settings = {
+            "kind": "settings",
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU used",
+            "minutes": minutes,
+            "load_average_before": load_before[0],
+            "load_average_after": os.getloadavg()[0],
+            "repeats": args.repeats,
+            "steps": args.steps,
+            "workload": asdict(work),
+            "calibration": found,
+            "ceilings": [rep["ceiling"].to_json() for rep in reps],
+        }
+        breakdown_rows = [
+            {"kind": "breakdown", "phase": p, "config": TITLES[k], **s} for (p, k), s in summaries.items() if s
+        ]
+        Path(args.json).write_text(json.dumps([settings, *rows, *breakdown_rows], indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
