@@ -1,0 +1,85 @@
+"""Plan split placement: turn a declarative placement and the cluster's shape into verl's pools.
+
+Pure Python (no Ray, verl or torch import): the planner runs, and fails, before Ray starts.
+
+A placement is one of:
+
+* ``halves`` (the default): ``per-node`` on one node, ``per-group`` on several.
+* ``per-node``: every node's GPUs split in two halves, the actor's side first.
+* ``per-group``: the nodes split in two groups, the actor's group first.
+* ``A:C``: on every node, the first ``A`` GPUs for the actor's side, the next ``C`` for the critic's.
+* ``ROLES:GPUS;ROLES:GPUS``: explicit global GPU ids per role group, e.g.
+  ``actor,rollout,ref:0-5;critic,reward:6-7``. ``GPUS`` is ``all`` or comma-separated indices and
+  ``a-b`` ranges; node ``k`` holds GPUs ``k*G .. k*G+G-1``. Groups may span nodes.
+* ``all``: every role on every GPU, one ``global_pool``: stock verl's layout.
+
+Odd counts: the odd GPU (``per-node``) or the odd node (``per-group``) goes to the actor's side.
+That side also runs rollout, the longest phase of a PPO step and the one that never overlaps
+with the critic; the critic's side runs only the critic (and reward model) passes, which overlap
+with the actor's. The seed recipe's ``nnodes // 2 == 0`` test left one node idle on odd
+``nnodes >= 3`` and one GPU idle on an odd per-node count; here no GPU is left idle.
+
+Roles are ``actor``, ``rollout``, ``ref``, ``critic`` and ``reward``. verl 0.9's hybrid engine runs
+actor, rollout and ref in one worker (``verl/workers/engine_workers.py`` ``ActorRolloutRefWorker``),
+so ``rollout`` and ``ref`` follow the actor's group and may be left out; placing them elsewhere is
+an error. Roles sharing one group are collocated (one pool); a GPU in two groups is an error.
+
+What verl can build: its ``resource_pool_spec`` is a GPU *count* per node
+(``verl/single_controller/ray/base.py`` ``RayResourcePool``: one STRICT_PACK placement group per
+entry). A pool's explicit GPU set becomes the count of its GPUs on each node it touches, in node
+order, so uneven sets (``0-5,8-9`` -> ``[6, 2]``) are supported, and ``verl_split.pools`` pins each
+count to its node. Which device ids inside a node a pool gets is Ray's choice: the ids within a
+node are labels of the picture, not a pinning.
+"""
+
+from verl_split.placement.model import (
+    ACTOR_POOL,
+    ACTOR_SIDE,
+    CRITIC_POOL,
+    GLOBAL_POOL,
+    ROLES,
+    Cluster,
+    GroupSpec,
+    ParallelSize,
+    Placement,
+    Plan,
+    Pool,
+    Requirements,
+)
+from verl_split.placement.parse import DEFAULT_PLACEMENT, SHORTHANDS, parse_placement
+from verl_split.placement.planner import plan_placement
+from verl_split.placement.render import render_plan
+from verl_split.placement.verl_config import (
+    CONFIG_KEYS,
+    cluster_from_config,
+    placement_from_config,
+    plan_from_config,
+    requirements_from_config,
+    select_key,
+)
+
+__all__ = [
+    "ACTOR_POOL",
+    "ACTOR_SIDE",
+    "CONFIG_KEYS",
+    "CRITIC_POOL",
+    "DEFAULT_PLACEMENT",
+    "GLOBAL_POOL",
+    "ROLES",
+    "SHORTHANDS",
+    "Cluster",
+    "GroupSpec",
+    "ParallelSize",
+    "Placement",
+    "Plan",
+    "Pool",
+    "Requirements",
+    "cluster_from_config",
+    "parse_placement",
+    "placement_from_config",
+    "plan_from_config",
+    "plan_placement",
+    "render_plan",
+    "requirements_from_config",
+    "select_key",
+]

@@ -1,0 +1,178 @@
+"""The placement's data: roles, pool names, the cluster, the run's requirements, parsed placements and plans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_split.errors import PlacementError
+
+ROLES: tuple[str, ...] = ("actor", "rollout", "ref", "critic", "reward")
+#: Roles that live in the actor's worker in verl 0.9's hybrid engine.
+ACTOR_SIDE: frozenset[str] = frozenset({"actor", "rollout", "ref"})
+
+ACTOR_POOL = "actor_rollout_ref_pool"
+CRITIC_POOL = "critic_pool"
+GLOBAL_POOL = "global_pool"
+
+
+# --------------------------------------------------------------------------- the cluster and the run
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The shape verl is asked for: ``trainer.nnodes`` x ``trainer.n_gpus_per_node``."""
+
+    nnodes: int
+    n_gpus_per_node: int
+
+    def __post_init__(self) -> None:
+        for name in ("nnodes", "n_gpus_per_node"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PlacementError(
+                    f"{name} must be a whole number of at least 1, got {value!r}. "
+                    f"Set trainer.{name} (or --{name.replace('_', '-')}) to the cluster's shape."
+                )
+
+    @property
+    def n_gpus(self) -> int:
+        return self.nnodes * self.n_gpus_per_node
+
+    def node_of(self, gpu: int) -> int:
+        return gpu // self.n_gpus_per_node
+
+    def describe(self) -> str:
+        return (
+            f"GPUs 0-{self.n_gpus - 1} on {self.nnodes} node{'s' if self.nnodes > 1 else ''} of {self.n_gpus_per_node}"
+        )
+
+
+@dataclass(frozen=True)
+class ParallelSize:
+    """A parallel size a role's pool must be a multiple of, and the config key it comes from."""
+
+    role: str
+    size: int
+    key: str
+    #: True when a group of ``size`` GPUs must sit on one node (a rollout replica).
+    within_node: bool = False
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What the run needs from a placement, read from verl's config."""
+
+    critic: bool = True
+    critic_reason: str = "algorithm.adv_estimator=gae"
+    #: A reward model that runs on the trainer's GPUs (enabled, without its own reward_pool).
+    reward: bool = False
+    #: The reward model has its own ``reward_pool`` (``reward.reward_model.enable_resource_pool``).
+    reward_own_pool: bool = False
+    parallel: tuple[ParallelSize, ...] = ()
+
+    def needed_roles(self) -> frozenset[str]:
+        roles = set(ACTOR_SIDE)
+        if self.critic:
+            roles.add("critic")
+        if self.reward:
+            roles.add("reward")
+        return frozenset(roles)
+
+
+# --------------------------------------------------------------------------- parsed placements
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One role group as written: roles and GPU ids (None means ``all``)."""
+
+    roles: tuple[str, ...]
+    gpus: tuple[tuple[int, int], ...] | None  # inclusive ranges, as written
+    text: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A placement parsed but not yet laid onto a cluster."""
+
+    kind: str  # halves, per-node, per-group, all, ratio, groups
+    text: str
+    ratio: tuple[int, int] | None = None
+    groups: tuple[GroupSpec, ...] = ()
+    source: str = "placement"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One planned resource pool: its name, its roles and its global GPU ids."""
+
+    name: str
+    roles: tuple[str, ...]
+    gpus: tuple[int, ...]
+    n_gpus_per_node: int
+
+    @property
+    def per_node(self) -> dict[int, int]:
+        """Node index -> GPUs of this pool on that node, in node order."""
+        counts: dict[int, int] = {}
+        for gpu in self.gpus:
+            node = gpu // self.n_gpus_per_node
+            counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(self.per_node)
+
+    @property
+    def process_on_nodes(self) -> list[int]:
+        """verl's ``resource_pool_spec`` entry: GPUs per node, for the nodes the pool touches."""
+        return list(self.per_node.values())
+
+    @property
+    def size(self) -> int:
+        return len(self.gpus)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated placement: pools with their GPUs, and the role -> pool mapping."""
+
+    cluster: Cluster
+    pools: tuple[Pool, ...]
+    placement: str
+    source: str = "placement"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def resource_pool_spec(self) -> dict[str, list[int]]:
+        return {pool.name: pool.process_on_nodes for pool in self.pools}
+
+    @property
+    def mapping(self) -> dict[str, str]:
+        """Role name -> pool name, for every role this run uses (in role order)."""
+        owner = {role: pool.name for pool in self.pools for role in pool.roles}
+        return {role: owner[role] for role in ROLES if role in owner}
+
+    def pool(self, name: str) -> Pool:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+    def pool_of(self, role: str) -> Pool | None:
+        name = self.mapping.get(role)
+        return None if name is None else self.pool(name)
+
+    @property
+    def gpu_owner(self) -> dict[int, Pool]:
+        return {gpu: pool for pool in self.pools for gpu in pool.gpus}
+
+    @property
+    def idle_gpus(self) -> tuple[int, ...]:
+        owner = self.gpu_owner
+        return tuple(g for g in range(self.cluster.n_gpus) if g not in owner)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resource_pool_spec": self.resource_pool_spec, "mapping": self.mapping}
