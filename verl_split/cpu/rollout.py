@@ -50,6 +50,26 @@ def _rollout_world_size(config: Any) -> int:
     return config.tensor_model_parallel_size * config.data_parallel_size * config.pipeline_model_parallel_size
 
 
+def _version(global_steps: int | None, state_dict: dict[str, torch.Tensor]) -> Any:
+    """The version of freshly loaded weights that a resumed run reproduces.
+
+    Not a count of syncs since the process started: that restarts at zero on resume. verl
+    passes the trainer's global step with every sync (0.8+ workers; the step a checkpoint
+    restores, and the step of the same weights in the uninterrupted run). 0.7's legacy FSDP
+    workers do not pass it on to the rollout (``fsdp_workers.py`` ``update_weights`` drops
+    ``global_steps``); there the version is a checksum of the weights themselves, which a
+    checkpoint restores bit for bit on ``RayPPOTrainer``.
+    """
+    if global_steps is not None:
+        return ("step", int(global_steps))
+    digest = 0
+    for name in sorted(state_dict):
+        tensor = state_dict[name].detach().to("cpu").contiguous()
+        digest = zlib.crc32(name.encode(), digest)
+        digest = zlib.crc32(tensor.view(torch.uint8).numpy().tobytes(), digest)
+    return ("crc32", digest)
+
+
 class CPUGenerationServer:
     """One replica's generation server: a Hugging Face causal LM on the CPU.
 
@@ -75,6 +95,7 @@ class CPUGenerationServer:
         self.pad_token_id = self.model.generation_config.pad_token_id
         self._lock = threading.Lock()  # one generate() or weight load at a time
         self.global_steps: int | None = None
+        self.weights_version: Any = None  # of the weights the model holds, see _version
         self.weight_syncs = 0
         self._requests_seen: Counter[tuple[int, ...]] = Counter()  # per prompt, since the last weight sync
 
@@ -137,9 +158,11 @@ class CPUGenerationServer:
             # Sample from a seed that depends on the prompt, on how often it was asked for
             # since the last weight sync, and on the weights' version -- not on the order in
             # which concurrent requests arrive -- so that two runs of the same job sample the
-            # same answers (the overlap tests compare runs number for number).
+            # same answers (the overlap tests compare runs number for number). The version is
+            # what a checkpoint restores (see _version), so a resumed run samples what the
+            # uninterrupted run sampled at the same step.
             key = tuple(prompt_ids)
-            torch.manual_seed(zlib.crc32(repr((key, self._requests_seen[key], self.weight_syncs)).encode()))
+            torch.manual_seed(zlib.crc32(repr((key, self._requests_seen[key], self.weights_version)).encode()))
             self._requests_seen[key] += 1
             out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **options)
         tokens = out.sequences[0, len(prompt_ids) :].tolist()
@@ -166,6 +189,7 @@ class CPUGenerationServer:
             for name, tensor in state_dict.items():
                 own[name].copy_(tensor.to(own[name].dtype))
         self.global_steps = global_steps
+        self.weights_version = _version(global_steps, own)
         self.weight_syncs += 1
         self._requests_seen.clear()
         logger.info("replica %d loaded %d tensors (step %s)", self.replica_rank, len(state_dict), global_steps)
