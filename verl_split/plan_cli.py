@@ -62,20 +62,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def build_plan(args: argparse.Namespace) -> planner.Plan:
+    """``--placement`` wins; else ``placement_from_config``'s own order (config, environment, default)."""
     from verl_split import settings
 
-    env_placement = settings.read().placement
+    config: Any = None
     if args.config_name or args.config_path or args.overrides:
         config = compose_config(args.config_name or "ppo_trainer", args.config_path, args.overrides)
         requirements = planner.requirements_from_config(config)
-        if args.placement:
-            chosen = planner.parse_placement(args.placement, source="--placement")
-        else:
-            chosen = planner.placement_from_config(config, env_placement)
-        nnodes = args.nnodes if args.nnodes is not None else _int(planner.select_key(config, "trainer.nnodes"))
+        nnodes = planner.select_key(config, "trainer.nnodes") if args.nnodes is None else args.nnodes
         per_node = args.n_gpus_per_node
         if per_node is None:
-            per_node = _int(planner.select_key(config, "trainer.n_gpus_per_node"))
+            per_node = planner.select_key(config, "trainer.n_gpus_per_node")
     else:
         requirements = planner.Requirements(
             critic=not args.no_critic,
@@ -85,20 +82,14 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
             if args.rollout_tp > 1
             else (),
         )
-        if args.placement:
-            chosen = planner.parse_placement(args.placement, source="--placement")
-        elif env_placement:
-            chosen = planner.parse_placement(env_placement, source="VERL_SPLIT_PLACEMENT")
-        else:
-            chosen = planner.parse_placement(planner.DEFAULT_PLACEMENT, source="default placement")
         nnodes = 1 if args.nnodes is None else args.nnodes
         per_node = 8 if args.n_gpus_per_node is None else args.n_gpus_per_node
+    if args.placement:
+        chosen = planner.parse_placement(args.placement, source="--placement")
+    else:
+        chosen = planner.placement_from_config({} if config is None else config, settings.read().placement)
     cluster = planner.Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
     return planner.plan_placement(chosen, cluster, requirements)
-
-
-def _int(value: Any) -> Any:
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def compose_config(config_name: str, config_path: str | None, overrides: list[str]) -> Any:

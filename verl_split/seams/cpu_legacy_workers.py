@@ -16,6 +16,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from verl_split import _wrapping
+from verl_split._args import get_argument
 
 _CLASSES = ("ActorRolloutRefWorker", "CriticWorker")
 #: verl's default for ``nccl_timeout`` in these constructors (seconds).
@@ -28,7 +29,7 @@ def _wrap_init(wrapped, instance, args, kwargs):
     if get_device_name() == "cpu":
         from verl.utils.distributed import initialize_global_process_group_ray
 
-        config = args[0] if args else kwargs["config"]
+        config = get_argument(args, kwargs, 0, "config")
         timeout = config.get("nccl_timeout", _DEFAULT_TIMEOUT_S)
         initialize_global_process_group_ray(timeout_second=timeout, backend="gloo")
     return wrapped(*args, **kwargs)

@@ -11,13 +11,17 @@ from __future__ import annotations
 from types import ModuleType
 
 from verl_split import _wrapping
+from verl_split._args import get_argument
+
+#: ``func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking)``: position of ``blocking``.
+_BLOCKING = 5
 
 
 def _wrap_func_generator(wrapped, instance, args, kwargs):
     from verl_split import legacy
 
     method = wrapped(*args, **kwargs)
-    blocking = kwargs.get("blocking", args[5] if len(args) > 5 else None)
+    blocking = get_argument(args, kwargs, _BLOCKING, "blocking", None)
     return legacy.MaterialisedUnlessDeferred(method) if legacy.is_deferred(blocking) else method
 
 

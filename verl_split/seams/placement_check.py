@@ -19,6 +19,7 @@ import sys
 from types import ModuleType
 
 from verl_split import _wrapping
+from verl_split._args import get_argument
 from verl_split.errors import ActivationFailed, PlacementError
 
 
@@ -41,7 +42,7 @@ def check_config(config) -> None:
 
 def _wrap_auto_set_device(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    check_config(kwargs.get("config", args[0] if args else None))
+    check_config(get_argument(args, kwargs, 0, "config", None))
     return result
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from verl_split import _wrapping
+from verl_split._args import get_argument
 
 _METHOD = "init_resource_pool_mgr"
 #: id(modified class) -> the copy of the method Ray put there; kept here, not on the (pickled) class.
@@ -33,7 +34,7 @@ def _wrap_init_resource_pool_mgr(wrapped, instance, args, kwargs):
     from verl_split import pools
     from verl_split.placement import plan_from_config
 
-    config = args[0] if args else kwargs["config"]
+    config = get_argument(args, kwargs, 0, "config")
     plan = plan_from_config(config)
     split = pools.split_pool_manager(plan, manager)
     pools.announce_plan(plan)
