@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from verl_split.assets import make_tiny_assets
 from verl_split.cpu.reward import compute_score
+
+pytestmark = pytest.mark.unit
 
 
 def test_assets_are_reused(tiny_assets):

@@ -15,6 +15,8 @@ import torch
 
 from verl_split.cpu.rollout import CPUGenerationServer
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def server(tiny_assets):

@@ -34,12 +34,14 @@ def keys(lines: list[str]) -> set[str]:
     return {line.split("=", 1)[0].lstrip("+") for line in lines}
 
 
+@pytest.mark.unit
 def test_each_family_gets_its_own_default_trainer():
     assert [default_trainer(f) for f in ("0.7", "0.8", "0.9")] == ["v0", "v0", "v1"]
     assert "trainer.use_v1=true" in overrides("0.9")
     assert "trainer.use_v1=false" in overrides("0.9", trainer="v0")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("family", ["0.7", "0.8"])
 def test_no_v1_trainer_before_0_9(family):
     assert "trainer.use_v1" not in keys(overrides(family))
@@ -47,10 +49,12 @@ def test_no_v1_trainer_before_0_9(family):
         overrides(family, trainer="v1")
 
 
+@pytest.mark.unit
 def test_0_9_keeps_the_platform_and_needs_no_ray_cpu_resource():
     assert "ray_kwargs.ray_init.resources" not in keys(overrides("0.9"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("family", ["0.7", "0.8"])
 def test_before_0_9_ray_announces_a_cpu_resource_per_logical_gpu(family):
     lines = overrides(family)
@@ -58,6 +62,7 @@ def test_before_0_9_ray_announces_a_cpu_resource_per_logical_gpu(family):
     assert "+ray_kwargs.ray_init.num_gpus=8" in lines
 
 
+@pytest.mark.unit
 def test_0_7_moves_the_critic_fsdp_block_and_names_the_layer_to_wrap():
     lines, k = overrides("0.7"), keys(overrides("0.7"))
     assert not any(key.startswith(("critic.fsdp.", "transfer_queue.")) for key in k)
@@ -69,6 +74,7 @@ def test_0_7_moves_the_critic_fsdp_block_and_names_the_layer_to_wrap():
     assert not any(key.startswith("critic.") for key in keys(overrides("0.7", algo="grpo")))
 
 
+@pytest.mark.unit
 def test_0_8_and_0_9_keep_the_engine_critic_block():
     for family in ("0.8", "0.9"):
         assert "critic.fsdp.strategy=fsdp2" in overrides(family)
@@ -120,6 +126,7 @@ COLUMNS = [
 ]
 
 
+@pytest.mark.unit
 def test_mean_phases_leaves_out_the_first_step_unless_it_is_the_only_one():
     means = report.mean_phases(COLUMNS[1][1])
     assert means["gen"] == pytest.approx(1.0)
@@ -129,6 +136,7 @@ def test_mean_phases_leaves_out_the_first_step_unless_it_is_the_only_one():
     assert report.mean_phases([]) is None
 
 
+@pytest.mark.unit
 def test_phase_table_shows_the_three_runs_side_by_side():
     lines = report.phase_table(COLUMNS).splitlines()
     assert lines[0].startswith("wall time per phase, mean of steps 2-3")
@@ -149,6 +157,7 @@ def test_phase_table_shows_the_three_runs_side_by_side():
     )
 
 
+@pytest.mark.unit
 def test_phase_table_of_one_single_step_run():
     table = report.phase_table([("split", COLUMNS[2][1][:1])])
     assert "step 1, the only one" in table
@@ -156,6 +165,7 @@ def test_phase_table_of_one_single_step_run():
     assert table.splitlines()[-3].split("|")[1].strip() == "14.00s"  # the whole step, step 1 included
 
 
+@pytest.mark.unit
 def test_plot_step_times_writes_a_png(tmp_path):
     path = tmp_path / "step_times.png"
     report.plot_step_times(COLUMNS, path)
@@ -163,6 +173,7 @@ def test_plot_step_times_writes_a_png(tmp_path):
     assert path.stat().st_size > 10_000
 
 
+@pytest.mark.unit
 def test_compare_runs_stock_then_split_off_then_split_on(tmp_path):
     caller = {"PATH": "/bin", "VERL_SPLIT": "1", "VERL_SPLIT_OVERLAP": "updates", "VERL_SPLIT_PLACEMENT": "1:1"}
     stock, off, on = demo_jobs(tmp_path, compare=True, environ=caller)
@@ -178,6 +189,7 @@ def test_compare_runs_stock_then_split_off_then_split_on(tmp_path):
     assert single.out == tmp_path and single.env == {"VERL_SPLIT_OVERLAP": "off"}
 
 
+@pytest.mark.unit
 def test_metrics_tail_reads_only_complete_new_lines(tmp_path):
     path = tmp_path / "metrics.jsonl"
     tail = MetricsTail(path)

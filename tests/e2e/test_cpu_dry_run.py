@@ -15,8 +15,6 @@ was 5.7e-4 after the first update and 1.0e-3 after the second (measured once, by
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from families import DEFAULT_TRAINER, FAMILY
 
@@ -60,10 +58,6 @@ def test_ppo_gae_with_critic(tiny_assets, tmp_path, main_ppo_runner):
         f"\nverl {FAMILY}, gae/{DEFAULT_TRAINER}: {run.wall_s:.0f} s wall, "
         f"peak RSS sum {run.peak_rss_bytes / GIB:.2f} GiB, peak PSS sum {run.peak_pss_bytes / GIB:.2f} GiB"
     )
-    assert run.wall_s < 300
-    # Sum over every process of the run (main_ppo, Ray, all workers), sampled every 0.25 s
-    # from /proc: RSS counts shared library pages once per process, so it is the upper bound.
-    assert run.peak_rss_bytes < 8 * GIB
 
 
 def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
@@ -81,4 +75,3 @@ def test_ppo_gae_legacy_trainer_two_gpus(tiny_assets, tmp_path, main_ppo_runner)
     run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "gae", "v0", out, n_gpus_per_node=2), out)
     _check_common(run, STEPS)
     run.assert_finite("critic/vf_loss")
-    assert math.isfinite(run.wall_s)

@@ -116,7 +116,7 @@ def test_updates_overlap_in_every_step(overlapped_and_sequential):
     ):
         assert overlap_s >= 0.8 * min(actor_s, critic_s)
         assert min(actor_s, critic_s) >= SLEEP_S
-    assert all(s > 1.5 for s in run.series("split/speedup")), run.series("split/speedup")
+    assert all(s > 1.2 for s in run.series("split/speedup")), run.series("split/speedup")
 
 
 def test_values_overlap_old_log_prob_and_ref_in_every_step(overlapped_and_sequential):
