@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast lint test-oldest test-all-families
+.PHONY: demo test test-fast test-unit lint test-oldest test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(BIN)/verl-split
 test-fast: $(BIN)/verl-split
 	$(BIN)/python -m pytest -m "not e2e"
 
+# Tests that start no process, no Ray and no verl trainer (pytest's `unit` marker): under a minute.
+test-unit: $(BIN)/verl-split
+	$(BIN)/python -m pytest -m unit -q
+
 lint: $(BIN)/verl-split
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
@@ -35,7 +39,8 @@ lint: $(BIN)/verl-split
 OLDEST_FAMILY ?= 0.7
 OLDEST_TESTS := tests/test_activation.py tests/test_activation_startup.py tests/test_activation_ray.py \
 	tests/test_placement_seams.py tests/test_cpu_seams.py \
-	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py
+	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py \
+	tests/e2e/test_checkpoint_e2e.py tests/e2e/test_interrupt_e2e.py
 test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
 	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_TESTS)

@@ -40,8 +40,10 @@ COMPARED = (
     "actor/grad_norm",
     "critic/grad_norm",
 )
-#: v1's tolerance on resumed numbers (its step is not bit-for-bit reproducible across processes).
-V1_RTOL = 1e-4
+#: v1's tolerances, those of the overlap tests (tests/e2e/test_overlap_e2e.py): v1 assembles a step's
+#: samples in the order rollouts finish, so batch sums may differ in their last bits, which Adam can
+#: grow to a fraction of one step on the weights.
+V1_METRIC_TOL, V1_WEIGHT_TOL = 1e-5, 1e-3
 
 
 def _env() -> dict[str, str]:
@@ -102,7 +104,7 @@ def test_resume_continues_as_the_uninterrupted_run(tiny_assets, tmp_path, traine
             if trainer == "v0":
                 assert a == b, f"step {step} {key}: uninterrupted {a}, resumed {b}"
             else:
-                assert b == pytest.approx(a, rel=V1_RTOL, abs=1e-6), f"step {step} {key}: {a} vs {b}"
+                assert b == pytest.approx(a, rel=V1_METRIC_TOL, abs=V1_METRIC_TOL), f"step {step} {key}: {a} vs {b}"
 
     for role in ("actor", "critic"):
         a, b = _weights(tmp_path / "whole_ckpt", role), _weights(tmp_path / "ckpt", role)
@@ -111,4 +113,4 @@ def test_resume_continues_as_the_uninterrupted_run(tiny_assets, tmp_path, traine
             if trainer == "v0":
                 assert torch.equal(a[name], b[name]), f"{role} {name} differs after resume"
             else:
-                torch.testing.assert_close(b[name], a[name], rtol=V1_RTOL, atol=1e-6)
+                torch.testing.assert_close(b[name], a[name], rtol=0, atol=V1_WEIGHT_TOL)

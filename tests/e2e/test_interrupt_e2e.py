@@ -1,0 +1,127 @@
+"""Ctrl-C during an overlapped update: the run stops within 30 s and leaves nothing behind.
+
+Stock ``main_ppo`` on CPU with ``VERL_SPLIT=1`` (overlaps on), in a process group of its own as a
+shell runs a foreground job. The test plugin ``tests/plugins/slow_updates.py`` makes each update
+sleep long inside the worker processes and logs when it starts; once both the actor's and the
+critic's updates are under way, the test sends SIGINT to the whole group, as a terminal's Ctrl-C
+does. Every process of the run -- driver, Ray's GCS and raylet, TaskRunner, workers, rollout server --
+carries a marker in its environment (Ray hands the driver's environment on to the processes it
+starts), so "nothing left behind" is checked over every process on the machine, not only the
+driver's descendants (Ray's daemons do not stay in the driver's process tree).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from verl_split.demo import dry_run_overrides, run_environment
+from verl_split.runner import main_ppo_command
+
+pytestmark = pytest.mark.e2e
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+UPDATE_SLEEP_S = 120  # far longer than the 30 s the run gets to stop
+START_TIMEOUT_S = 420  # start-up and the first step's generation on a loaded 2-core machine
+STOP_LIMIT_S = 30
+MARKER = "INTERRUPT_TEST_RUN"  # not a VERL_SPLIT_* name: those are verl-split's settings
+
+
+def _marked(token: str) -> list[int]:
+    """Every process on the machine whose environment carries ``token`` under ``MARKER``."""
+    needle = f"{MARKER}={token}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def _updates_in_flight(log: Path) -> set[str]:
+    """The roles whose update call has started and not ended, from the workers' records."""
+    if not log.exists():
+        return set()
+    open_calls: dict[tuple, str] = {}
+    for line in log.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        if record.get("phase") != "update":
+            continue
+        key = (record["role"], record["pid"], record["start"])
+        if "end" in record:
+            open_calls.pop(key, None)
+        else:
+            open_calls[key] = record["role"]
+    return set(open_calls.values())
+
+
+def test_ctrl_c_during_overlapped_update_stops_the_run_and_leaves_nothing(tiny_assets, tmp_path):
+    token = uuid.uuid4().hex
+    records = tmp_path / "updates.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES", "SLOW_PREP"))}
+    env.update(
+        VERL_SPLIT="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
+        VERL_USE_EXTERNAL_MODULES="slow_updates",
+        SLOW_UPDATES_LOG=str(records),
+        SLOW_UPDATES_SLEEP=str(UPDATE_SLEEP_S),
+    )
+    env = run_environment(tmp_path, env)
+    env[MARKER] = token
+    overrides = dry_run_overrides(tiny_assets, 2, "gae", None, tmp_path, n_gpus_per_node=2)
+    log_path = tmp_path / "main_ppo.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            main_ppo_command(overrides),
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while _updates_in_flight(records) != {"actor", "critic"}:
+            assert proc.poll() is None, f"main_ppo ended before its updates:\n{log_path.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"the updates did not start:\n{log_path.read_text()[-4000:]}"
+            time.sleep(0.5)
+
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground group
+        sent = time.monotonic()
+        try:
+            proc.wait(timeout=STOP_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"main_ppo still running {STOP_LIMIT_S} s after SIGINT:\n{log_path.read_text()[-4000:]}")
+        stopped_s = time.monotonic() - sent
+        assert proc.returncode != 0, "an interrupted run must not report success"
+
+        left = _marked(token)
+        grace = time.monotonic() + 10  # Ray's shutdown reaps its daemons just after the driver exits
+        while left and time.monotonic() < grace:
+            time.sleep(0.5)
+            left = _marked(token)
+        names = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in left if Path(f"/proc/{pid}").exists()}
+        assert not left, f"processes of the run left {stopped_s:.0f} s after SIGINT: {names}"
+        print(f"\nstopped {stopped_s:.1f} s after SIGINT; no process of the run left")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in _marked(token):  # only processes this test started carry the token
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
