@@ -10,7 +10,14 @@ and a count larger than any node's GPUs leaves its placement group pending forev
 Here each planned pool gets a :class:`PinnedRayResourcePool` whose placement groups carry a bundle
 label selector on ``ray.io/node-id`` (Ray >= 2.4x labels every node with its id; a hard constraint,
 unlike ``_soft_target_node_id``), and :class:`SplitResourcePoolManager` checks every per-node
-request against the real nodes' free GPUs before any placement group is created.
+request against the real nodes' free GPUs before any placement group is created. The check can
+still be beaten by a race (another job takes the GPUs, a node dies), so the placement groups are
+awaited for at most ``split_placement.ready_timeout_s`` seconds; then they are removed and a
+PlacementError names the pool, the nodes and the label selectors that could not be satisfied.
+
+Ray floor: ``bundle_label_selector`` does not exist in Ray 2.41 (the floor verl itself declares)
+and does in 2.48; the project's environments (verl 0.7, 0.8, 0.9) all run Ray 2.60, so
+``pyproject.toml`` asks for ``ray>=2.60``, the version the tests run.
 
 Plan node ``k`` is the ``k``-th alive node with GPUs, ordered by (IP address, node id): the order
 verl itself sorts placement groups in (``sort_placement_group_by_node_ip``), so ranks stay stable
@@ -22,15 +29,16 @@ Imports Ray and verl: load it only inside a run (the seams do), never from ``pla
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from verl.single_controller.ray.base import RayResourcePool, ResourcePoolManager
 
 from verl_split.errors import PlacementError
-from verl_split.placement import Plan, plan_from_config
+from verl_split.placement import DEFAULT_READY_TIMEOUT_S, Plan, plan_from_config
 
 logger = logging.getLogger("verl_split")
 
@@ -81,6 +89,8 @@ def device_resource() -> str:
 def cluster_nodes(resource: str | None = None) -> list[NodeInfo]:
     """Alive Ray nodes with the device resource, in plan order (IP, then node id)."""
     resource = resource or device_resource()
+    # Private, as in verl's own ResourcePoolManager._check_resource_available: Ray 2.60 has no public
+    # per-node *free* resources (ray.nodes() and ray.util.state.list_nodes give totals only).
     available = ray._private.state.available_resources_per_node()
     nodes = []
     for node in ray.nodes():
@@ -139,14 +149,64 @@ def check_fit(
     return assigned
 
 
+@dataclass(frozen=True)
+class GroupRequest:
+    """What one placement group asked Ray for: for the error message when it never comes."""
+
+    node_id: str
+    bundles: int
+    bundle: dict[str, float]
+
+    @property
+    def selector(self) -> dict[str, str]:
+        return {NODE_ID_LABEL: self.node_id}
+
+
+def await_placement_groups(
+    pool: str,
+    pgs: Sequence[Any],
+    requests: Sequence[GroupRequest],
+    timeout_s: float,
+    *,
+    wait: Callable[..., tuple[list[Any], list[Any]]] = ray.wait,
+    remove: Callable[[Any], None] = remove_placement_group,
+) -> None:
+    """Wait until every placement group of ``pool`` is ready; after ``timeout_s``, remove them all and raise."""
+    refs = [pg.ready() for pg in pgs]
+    _, pending = wait(refs, num_returns=len(refs), timeout=timeout_s)
+    if not pending:
+        return
+    waiting = set(pending)
+    stuck = [index for index, ref in enumerate(refs) if ref in waiting]
+    for pg in pgs:
+        try:
+            remove(pg)
+        except Exception as exc:  # keep the timeout as the error; a failed removal is only logged
+            logger.warning("could not remove a placement group of %s: %s", pool, exc)
+    detail = "; ".join(
+        f"group {i}: {requests[i].bundles} bundle(s) of {requests[i].bundle} on Ray node {requests[i].node_id}, "
+        f"bundle_label_selector {requests[i].selector}"
+        for i in stuck
+    )
+    raise PlacementError(
+        f"resource pool {pool}: {len(stuck)} of {len(pgs)} placement group(s) not ready after {timeout_s:g}s "
+        f"({detail}). Ray cannot place them: the node left the cluster, or other jobs hold its GPUs. Removed the "
+        f"{len(pgs)} placement group(s) this pool created. Check `ray status` and free the GPUs; if the cluster is "
+        "only slow to free them, raise +split_placement.ready_timeout_s."
+    )
+
+
 class PinnedRayResourcePool(RayResourcePool):
     """A ``RayResourcePool`` whose placement group ``i`` is pinned to ``node_ids[i]``."""
 
-    def __init__(self, *args: Any, node_ids: list[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, node_ids: list[str], ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         if len(node_ids) != len(self._store):
             raise ValueError(f"{len(self._store)} per-node counts but {len(node_ids)} node ids")
         self.node_ids = list(node_ids)
+        self.ready_timeout_s = ready_timeout_s
 
     def _bundle(self) -> dict[str, float]:
         # Same bundle shape as RayResourcePool.get_placement_groups (verl/single_controller/ray/base.py):
@@ -163,17 +223,20 @@ class PinnedRayResourcePool(RayResourcePool):
             prefix = name or f"{self.name_prefix}verl_split_{'_'.join(str(c) for c in self._store)}:"
             lifetime = "detached" if self.detached else None
             pgs: list[PlacementGroup] = []
+            requests: list[GroupRequest] = []
             for index, (count, node_id) in enumerate(zip(self._store, self.node_ids, strict=True)):
+                request = GroupRequest(node_id=node_id, bundles=count, bundle=self._bundle())
+                requests.append(request)
                 pgs.append(
                     placement_group(
-                        bundles=[self._bundle() for _ in range(count)],
+                        bundles=[dict(request.bundle) for _ in range(count)],
                         strategy=strategy,
                         name=f"{prefix}{index}",
                         lifetime=lifetime,
-                        bundle_label_selector=[{NODE_ID_LABEL: node_id}] * count,
+                        bundle_label_selector=[request.selector] * count,
                     )
                 )
-            ray.get([pg.ready() for pg in pgs])
+            await_placement_groups(self.name_prefix, pgs, requests, self.ready_timeout_s)
             # Kept in plan (node) order: rank r of the worker group lands on the planned node.
             self.pgs = pgs
         return super().get_placement_groups(strategy=strategy, name=name, device_name=device_name)
@@ -204,6 +267,7 @@ class SplitResourcePoolManager(ResourcePoolManager):
                 max_colocate_count=getattr(self, "max_colocate_count", 3),
                 name_prefix=pool.name,
                 node_ids=node_ids,
+                ready_timeout_s=self.plan.ready_timeout_s,
             )
             announce(
                 f"Pinned resource pool {pool.name} to plan nodes {list(pool.nodes)} "

@@ -14,6 +14,9 @@ ACTOR_SIDE: frozenset[str] = frozenset({"actor", "rollout", "ref"})
 ACTOR_POOL = "actor_rollout_ref_pool"
 CRITIC_POOL = "critic_pool"
 GLOBAL_POOL = "global_pool"
+#: How long pool creation waits for Ray to place a pool's placement groups: generous, since a
+#: cluster may need a while to free GPUs, but an end instead of verl's wait forever.
+DEFAULT_READY_TIMEOUT_S = 600.0
 
 
 # --------------------------------------------------------------------------- the cluster and the run
@@ -144,6 +147,8 @@ class Plan:
     placement: str
     source: str = "placement"
     notes: tuple[str, ...] = field(default=())
+    #: Seconds to wait for the pools' placement groups (``split_placement.ready_timeout_s``).
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
 
     @property
     def resource_pool_spec(self) -> dict[str, list[int]]:

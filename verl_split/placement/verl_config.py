@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from verl_split.errors import PlacementError
-from verl_split.placement.model import Cluster, ParallelSize, Placement, Plan, Requirements
+from verl_split.placement.model import DEFAULT_READY_TIMEOUT_S, Cluster, ParallelSize, Placement, Plan, Requirements
 from verl_split.placement.parse import DEFAULT_PLACEMENT, parse_placement
 from verl_split.placement.planner import plan_placement
 
 #: Keys accepted in the ``split_placement`` config block.
-CONFIG_KEYS: tuple[str, ...] = ("placement", "groups")
+CONFIG_KEYS: tuple[str, ...] = ("placement", "groups", "ready_timeout_s")
 
 
 def select_key(config: Any, dotted: str, default: Any = None) -> Any:
@@ -171,12 +172,24 @@ def cluster_from_config(config: Any) -> Cluster:
     return Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
 
 
+def ready_timeout_from_config(config: Any) -> float:
+    """``split_placement.ready_timeout_s``: seconds to wait for the pools' placement groups."""
+    value = select_key(config, "split_placement.ready_timeout_s", DEFAULT_READY_TIMEOUT_S)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise PlacementError(
+            f"split_placement.ready_timeout_s must be a number of seconds above 0, got {value!r}. "
+            f"Leave it out for the default ({DEFAULT_READY_TIMEOUT_S:g}s)."
+        )
+    return float(value)
+
+
 def plan_from_config(config: Any, env_value: str | None = None) -> Plan:
     """Plan the run of a verl config; ``env_value`` is VERL_SPLIT_PLACEMENT (read from settings if None)."""
     if env_value is None:
         from verl_split import settings
 
         env_value = settings.read().placement
-    return plan_placement(
+    plan = plan_placement(
         placement_from_config(config, env_value), cluster_from_config(config), requirements_from_config(config)
     )
+    return dataclasses.replace(plan, ready_timeout_s=ready_timeout_from_config(config))
