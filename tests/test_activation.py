@@ -7,10 +7,9 @@ from pyrun import run_json, run_python
 
 from verl_split import compat
 
-FAMILY = compat.family_of(compat.installed_version() or "0")
 #: verl 0.9+ imports the ``verl.plugins`` entry point (the bootstrap) in every process; 0.7/0.8
-#: import nothing of verl-split unless VERL_SPLIT or VERL_SPLIT_CPU is set (verl_split_activate.pth).
-ENTRY_POINTS = tuple(int(p) for p in FAMILY.split(".")) >= (0, 9)
+#: import nothing of verl-split unless a VERL_SPLIT* variable is set (verl_split_activate.pth).
+ENTRY_POINTS = compat.has_entry_points()
 BOOTSTRAP_ONLY = ["verl_split", "verl_split._bootstrap", "verl_split.errors", "verl_split.settings"]
 UNSET_MODULES = BOOTSTRAP_ONLY if ENTRY_POINTS else []
 
@@ -21,8 +20,6 @@ import importlib, inspect, json, re
 from verl_split import compat
 from verl_split.activation import SEAMS
 
-FAMILY = compat.family_of(compat.installed_version())
-
 def fingerprint():
     from verl.single_controller.base.decorator import MAGIC_ATTR
     out = {}
@@ -32,7 +29,7 @@ def fingerprint():
         # Addresses inside the register metadata (dispatch functions) differ from process to process.
         attrs = re.sub(r" at 0x[0-9a-f]+", "", repr(getattr(obj, MAGIC_ATTR, None)))
         return [type(obj).__name__, where, attrs, id(obj)]
-    for target in sorted({s.target for s in SEAMS if FAMILY in s.families}):
+    for target in sorted({s.target for s in SEAMS if s.applies_to()}):
         module = importlib.import_module(target)
         for name, value in vars(module).items():
             if callable(value) and getattr(value, "__module__", None) == target:

@@ -20,7 +20,7 @@ from verl_split import compat
 ROOT = Path(__file__).resolve().parents[1]
 PTH = "verl_split_activate.pth"
 VERSION = compat.installed_version() or "0"
-ENTRY_POINTS = tuple(int(p) for p in compat.family_of(VERSION).split(".")) >= (0, 9)
+ENTRY_POINTS = compat.has_entry_points()
 needs_entry_points = pytest.mark.skipif(
     not ENTRY_POINTS, reason=f"verl {VERSION} has no verl.plugins entry points (0.9+ only)"
 )

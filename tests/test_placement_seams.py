@@ -13,7 +13,7 @@ from verl_split import compat
 
 VERSION = compat.installed_version() or "0"
 FAMILY = compat.family_of(VERSION)
-LEGACY = FAMILY in ("0.7", "0.8")
+LEGACY = not compat.has_v1_trainer()  # 0.7/0.8: RayPPOTrainer only
 only_09 = pytest.mark.skipif(LEGACY, reason=f"verl {VERSION}: the v1 trainer and main_ppo_v0 are verl 0.9's")
 only_legacy = pytest.mark.skipif(
     not LEGACY, reason=f"verl {VERSION}: main_ppo's own TaskRunner and RayPPOTrainer placement are 0.7/0.8's"

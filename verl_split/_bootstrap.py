@@ -3,13 +3,14 @@
 verl (0.9+) loads the ``verl.plugins`` entry points while ``import verl`` runs, in the
 launching process, the TaskRunner actor and every worker actor alike. With
 ``VERL_SPLIT`` and ``VERL_SPLIT_CPU`` unset this module reads the environment and
-returns: standard library only, nothing patched, nothing else imported.
+returns: standard library only, nothing patched, nothing else imported. Settings
+are read once here and frozen for the run (``settings.current()``).
 """
 
 from __future__ import annotations
 
 from verl_split import settings
-from verl_split.errors import ActivationFailed, VerlSplitError
+from verl_split.errors import VerlSplitError, activation_failed
 
 
 def activate_from_environment() -> bool:
@@ -17,15 +18,15 @@ def activate_from_environment() -> bool:
     try:
         wanted = settings.read()
     except VerlSplitError as exc:
-        raise ActivationFailed(str(exc)) from exc
+        raise activation_failed(str(exc)) from exc
     if not wanted.any_active:
         return False
     from verl_split import activation  # imports wrapt: only in runs that asked for us
 
     try:
-        activation.activate(split=wanted.enabled, cpu=wanted.cpu)
+        activation.activate(split=wanted.enabled, cpu=wanted.cpu, frozen=wanted)
     except VerlSplitError as exc:
-        raise ActivationFailed(str(exc)) from exc
+        raise activation_failed(str(exc)) from exc
     return True
 
 

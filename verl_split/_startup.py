@@ -3,14 +3,18 @@
 verl 0.9 imports the ``verl.plugins`` entry points itself while ``import verl`` runs
 (``verl/__init__.py``); verl 0.7 and 0.8 only import the modules named in
 ``VERL_USE_EXTERNAL_MODULES``, a variable users of verl-split must not have to set. So
-the wheel ships ``verl_split_activate.pth``: at interpreter start-up, and only when
-``VERL_SPLIT`` or ``VERL_SPLIT_CPU`` is in the environment, it imports this module,
+the wheel ships ``verl_split_activate.pth``: at interpreter start-up, and only when a
+variable starting with ``VERL_SPLIT`` is in the environment, it imports this module,
 which puts one finder on ``sys.meta_path``. When ``verl`` is imported the finder lets
 verl's own loader run ``verl/__init__.py`` and then imports ``verl_split._bootstrap``,
 the very module the 0.9 entry point names, unless verl's release loads entry points
-itself. Ray starts every worker with the same interpreter, so the same happens there.
+itself (``compat.has_entry_points``, read from the installed distribution). Any
+``VERL_SPLIT*`` name triggers it, like the entry point, so both paths apply the same
+"off" policy (``settings.read``): a typo such as ``VERL_SPLITT=1`` stops the run. Ray
+starts every worker with the same interpreter, so the same happens there.
 
-Standard library only, no wrapt (it would be imported into every process of the run).
+Standard library (and ``packaging``, in ``compat``, once verl is imported), no wrapt
+(it would be imported into every process of the run).
 Idempotent: a ``.pth`` line can run twice in a virtual environment (CPython issue
 75723), but a module runs once per process, and the finder is installed once. The
 bootstrap also runs at most once: whichever path imports ``verl_split._bootstrap``
@@ -23,18 +27,6 @@ import importlib.abc
 import importlib.machinery
 import sys
 from types import ModuleType
-
-#: The first verl release family whose ``verl/__init__.py`` loads ``verl.plugins`` entry points.
-_ENTRY_POINTS_SINCE = (0, 9)
-
-
-def _loads_entry_points(version: str) -> bool:
-    """True for verl releases that import ``verl.plugins`` entry points themselves."""
-    parts = []
-    for part in version.split(".")[:2]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts) >= _ENTRY_POINTS_SINCE
 
 
 class _BootstrapAfterVerl(importlib.abc.Loader):
@@ -54,7 +46,9 @@ class _BootstrapAfterVerl(importlib.abc.Loader):
         self._loader.exec_module(module)
         if "verl_split._bootstrap" in sys.modules:
             return  # verl 0.9 loaded it through the entry point, or the user named it in VERL_USE_EXTERNAL_MODULES
-        if _loads_entry_points(str(getattr(module, "__version__", "0"))):
+        from verl_split import compat  # standard library + packaging only
+
+        if compat.has_entry_points():
             return  # verl loads entry points, and its own policy (VERL_USE_EXTERNAL_PLUGINS) said no
         # Raises ActivationFailed (a SystemExit) on a bad setting or an unsupported verl:
         # `import verl` then fails with verl-split's message, as with the entry point.

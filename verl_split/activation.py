@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import wrapt
+from packaging.specifiers import SpecifierSet
 
-from verl_split import compat, log
-from verl_split.errors import ActivationFailed, VerlSplitError
+from verl_split import compat, log, settings
+from verl_split.errors import VerlSplitError, activation_failed
 
 logger = logging.getLogger("verl_split")
 
@@ -29,11 +30,15 @@ class Seam:
     target: str  # the verl module whose import triggers the patch
     module: str  # the verl_split module holding patch() / unpatch()
     feature: str  # "split" (VERL_SPLIT) or "cpu" (VERL_SPLIT_CPU)
-    families: tuple[str, ...]
+    verl: SpecifierSet  # the verl releases this seam applies to: one of compat's named ranges
+
+    def applies_to(self, family: str | None = None) -> bool:
+        """True for the installed verl, or for release family ``family`` (``"0.8"``)."""
+        return compat.verl_in(self.verl) if family is None else self.verl.contains(family, prereleases=True)
 
 
-#: Seams whose verl target is the same in every supported family.
-ALL_FAMILIES = compat.SUPPORTED_FAMILIES
+#: Seams whose verl target is the same in every supported release.
+ALL_FAMILIES = compat.ANY
 
 #: Every seam verl-split patches, per feature and verl release family.
 SEAMS: tuple[Seam, ...] = (
@@ -41,40 +46,74 @@ SEAMS: tuple[Seam, ...] = (
     # Split placement: validate in the launching process, then apply in the trainer (v1) / TaskRunner (v0);
     # on 0.7/0.8 the TaskRunner is main_ppo's __main__, so in RayPPOTrainer's constructor.
     Seam("placement_check", "verl.utils.device", "verl_split.seams.placement_check", "split", ALL_FAMILIES),
-    Seam("placement_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.placement_v1", "split", ("0.9",)),
-    Seam("placement_v0", "verl.trainer.main_ppo_v0", "verl_split.seams.placement_v0", "split", ("0.9",)),
     Seam(
-        "placement_legacy", "verl.trainer.ppo.ray_trainer", "verl_split.seams.placement_legacy", "split", ("0.7", "0.8")
+        "placement_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.placement_v1", "split", compat.V1_TRAINER
+    ),
+    Seam("placement_v0", "verl.trainer.main_ppo_v0", "verl_split.seams.placement_v0", "split", compat.V1_TRAINER),
+    Seam(
+        "placement_legacy",
+        "verl.trainer.ppo.ray_trainer",
+        "verl_split.seams.placement_legacy",
+        "split",
+        compat.BEFORE_V1,
     ),
     # Concurrent actor and critic updates (verl_split/overlap.py); 0.7's legacy critic: verl_split/legacy.py.
-    Seam("overlap_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.overlap_v1", "split", ("0.9",)),
-    Seam("overlap_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_v0", "split", ("0.8", "0.9")),
-    Seam("overlap_legacy", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_legacy", "split", ("0.7",)),
+    Seam("overlap_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.overlap_v1", "split", compat.V1_TRAINER),
+    Seam("overlap_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.overlap_v0", "split", compat.ENGINE_WORKERS),
+    Seam(
+        "overlap_legacy",
+        "verl.trainer.ppo.ray_trainer",
+        "verl_split.seams.overlap_legacy",
+        "split",
+        compat.LEGACY_WORKERS,
+    ),
     # values beside old_log_prob + ref (verl_split/prep_overlap.py), and the whole-step metrics.
-    Seam("prep_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.prep_v1", "split", ("0.9",)),
+    Seam("prep_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.prep_v1", "split", compat.V1_TRAINER),
     Seam("prep_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.prep_v0", "split", ALL_FAMILIES),
     Seam("step_metrics", "verl.utils.tracking", "verl_split.seams.step_metrics", "split", ALL_FAMILIES),
     Seam(
-        "legacy_critic_worker", "verl.workers.fsdp_workers", "verl_split.seams.legacy_critic_worker", "split", ("0.7",)
+        "legacy_critic_worker",
+        "verl.workers.fsdp_workers",
+        "verl_split.seams.legacy_critic_worker",
+        "split",
+        compat.LEGACY_WORKERS,
     ),
-    Seam("legacy_dispatch", "verl.single_controller.ray.base", "verl_split.seams.legacy_dispatch", "split", ("0.7",)),
+    Seam(
+        "legacy_dispatch",
+        "verl.single_controller.ray.base",
+        "verl_split.seams.legacy_dispatch",
+        "split",
+        compat.LEGACY_WORKERS,
+    ),
     # CPU dry run (VERL_SPLIT_CPU): verl_split/seams/cpu_*.py, one per verl file they answer.
     # 0.9 has a platform registry; 0.7/0.8 get the CPU device module and engine entries directly.
     Seam("cpu_runtime_env", "verl.trainer.constants_ppo", "verl_split.seams.runtime_env", "cpu", ALL_FAMILIES),
-    Seam("cpu_platform", "verl.plugin.platform.platform_manager", "verl_split.seams.cpu_platform", "cpu", ("0.9",)),
-    Seam("cpu_device", "verl.utils.device", "verl_split.seams.cpu_device", "cpu", ("0.7", "0.8")),
+    Seam(
+        "cpu_platform",
+        "verl.plugin.platform.platform_manager",
+        "verl_split.seams.cpu_platform",
+        "cpu",
+        compat.PLATFORM_REGISTRY,
+    ),
+    Seam("cpu_device", "verl.utils.device", "verl_split.seams.cpu_device", "cpu", compat.BEFORE_V1),
     Seam(
         "cpu_engine_registry",
         "verl.workers.engine.fsdp.transformer_impl",
         "verl_split.seams.cpu_engine_registry",
         "cpu",
-        ("0.7", "0.8"),
+        compat.BEFORE_V1,
     ),
-    Seam("cpu_attention", "verl.utils.attention_utils", "verl_split.seams.cpu_attention", "cpu", ("0.7", "0.8")),
-    Seam("cpu_legacy_workers", "verl.workers.fsdp_workers", "verl_split.seams.cpu_legacy_workers", "cpu", ("0.7",)),
+    Seam("cpu_attention", "verl.utils.attention_utils", "verl_split.seams.cpu_attention", "cpu", compat.BEFORE_V1),
+    Seam(
+        "cpu_legacy_workers",
+        "verl.workers.fsdp_workers",
+        "verl_split.seams.cpu_legacy_workers",
+        "cpu",
+        compat.LEGACY_WORKERS,
+    ),
     Seam("cpu_distributed", "verl.utils.distributed", "verl_split.seams.cpu_distributed", "cpu", ALL_FAMILIES),
     Seam("cpu_fsdp", "verl.workers.engine.fsdp.transformer_impl", "verl_split.seams.cpu_fsdp", "cpu", ALL_FAMILIES),
-    Seam("cpu_fsdp_legacy", "verl.workers.fsdp_workers", "verl_split.seams.cpu_fsdp", "cpu", ("0.7",)),
+    Seam("cpu_fsdp_legacy", "verl.workers.fsdp_workers", "verl_split.seams.cpu_fsdp", "cpu", compat.LEGACY_WORKERS),
     Seam("cpu_valuehead", "verl.utils.model", "verl_split.seams.cpu_valuehead", "cpu", ALL_FAMILIES),
     Seam("cpu_rollout_worker", "verl.workers.rollout.base", "verl_split.seams.cpu_rollout_worker", "cpu", ALL_FAMILIES),
     Seam(
@@ -98,18 +137,24 @@ _registered: set[str] = set()  # seam names with a wrapt hook; wrapt cannot unre
 _applied: dict[str, Seam] = {}
 
 
-def seams_for(features: frozenset[str], family: str) -> list[Seam]:
-    return [s for s in SEAMS if s.feature in features and family in s.families]
+def seams_for(features: frozenset[str], family: str | None = None) -> list[Seam]:
+    """The seams of ``features`` for the installed verl, or for release family ``family``."""
+    return [s for s in SEAMS if s.feature in features and s.applies_to(family)]
 
 
-def activate(split: bool = True, cpu: bool = False) -> list[str]:
-    """Register the seams for the installed verl; return their names. Idempotent."""
+def activate(split: bool = True, cpu: bool = False, frozen: settings.Settings | None = None) -> list[str]:
+    """Register the seams for the installed verl; return their names. Idempotent.
+
+    ``frozen``: the settings the run uses from now on (default: read from the environment
+    now); the adapters read them with ``settings.current()``, never the environment again.
+    """
     features = frozenset(f for f, on in (("split", split), ("cpu", cpu)) if on)
     family = compat.check_supported()
     log.configure()
+    settings.freeze(frozen if frozen is not None else settings.read())
     _state.family = family
     _state.active_features = _state.active_features | features
-    selected = seams_for(_state.active_features, family)
+    selected = seams_for(_state.active_features)
     for seam in selected:
         if seam.name in _registered:
             # A hook stays registered after deactivate(); re-apply now if its target is loaded.
@@ -149,7 +194,7 @@ def pending_patches() -> list[str]:
     """Seams registered for this run whose target module is not imported yet."""
     if _state.family is None:
         return []
-    return [s.name for s in seams_for(_state.active_features, _state.family) if s.name not in _applied]
+    return [s.name for s in seams_for(_state.active_features) if s.name not in _applied]
 
 
 def _apply(seam: Seam, target: ModuleType) -> None:
@@ -158,12 +203,13 @@ def _apply(seam: Seam, target: ModuleType) -> None:
     try:
         importlib.import_module(seam.module).patch(target)
     except VerlSplitError as exc:
-        raise ActivationFailed(str(exc)) from exc
+        raise activation_failed(str(exc)) from exc
     except Exception as exc:
         # Never let a hook fail quietly: wrapt would drop it and the run would go on stock.
-        raise ActivationFailed(
+        raise activation_failed(
             f"could not patch {seam.target} (seam {seam.name!r}) for verl {compat.installed_version()}: "
-            f"{type(exc).__name__}: {exc}. Unset VERL_SPLIT to run stock verl, and please report this."
+            f"{type(exc).__name__}: {exc}. Unset VERL_SPLIT to run stock verl, and please report this.",
+            unexpected=True,
         ) from exc
     _applied[seam.name] = seam
     logger.debug("verl-split patched %s (%s)", seam.target, seam.name)

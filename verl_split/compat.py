@@ -1,14 +1,39 @@
-"""The verl releases verl-split supports, declared once, and the gate that enforces them."""
+"""Which verl releases verl-split supports and what each can do, declared once.
+
+Every version question is answered here, with ``packaging`` against the installed
+distribution's metadata (never verl's ``__version__``, never a hand-parsed string).
+Standard library + ``packaging`` only: the start-up hook (``_startup``) imports this
+module in every process of a run that set a ``VERL_SPLIT*`` variable.
+"""
 
 from __future__ import annotations
 
 from importlib import metadata
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from verl_split.errors import UnsupportedVerlError
 
-#: Supported release families, oldest first. A family is supported from its first
-#: release through its last patch release; each family has an adapter in ``seams``.
+#: The verl releases verl-split supports (pyproject's ``verl`` requirement says the same).
+SUPPORTED = SpecifierSet(">=0.7.0,<0.10")
+
+#: Release families, oldest first: each has its environment and its adapters in ``seams``.
 SUPPORTED_FAMILIES: tuple[str, ...] = ("0.7", "0.8", "0.9")
+
+# What each release range has. Seams declare their range with these (activation.SEAMS).
+#: verl's ``__init__`` loads ``verl.plugins`` entry points; also the v1 ``PPOTrainer``,
+#: ``main_ppo_v0`` and the platform registry: all arrived in 0.9.
+ENTRY_POINTS = SpecifierSet(">=0.9")
+V1_TRAINER = SpecifierSet(">=0.9")
+PLATFORM_REGISTRY = SpecifierSet(">=0.9")
+#: Before 0.9: ``RayPPOTrainer`` is the only trainer, no platform registry (CPU device module instead).
+BEFORE_V1 = SpecifierSet("<0.9")
+#: verl 0.8+: ``RayPPOTrainer``'s updates go through the engine workers' ``train_mini_batch``.
+ENGINE_WORKERS = SpecifierSet(">=0.8")
+#: verl 0.7: the legacy ``fsdp_workers`` (``update_critic`` dispatched with ``blocking=False``).
+LEGACY_WORKERS = SpecifierSet("<0.8")
+ANY = SpecifierSet("")
 
 
 def installed_version(distribution: str = "verl") -> str | None:
@@ -19,13 +44,39 @@ def installed_version(distribution: str = "verl") -> str | None:
         return None
 
 
+def _installed() -> Version | None:
+    raw = installed_version()
+    try:
+        return Version(raw) if raw is not None else None
+    except InvalidVersion:
+        return None
+
+
+def verl_in(spec: SpecifierSet) -> bool:
+    """True when the installed verl (pre-releases included) lies in ``spec``."""
+    version = _installed()
+    return version is not None and spec.contains(version, prereleases=True)
+
+
+def has_entry_points() -> bool:
+    """verl imports ``verl.plugins`` entry points itself (0.9+); before, the start-up hook does."""
+    return verl_in(ENTRY_POINTS)
+
+
+def has_v1_trainer() -> bool:
+    """verl has the v1 ``PPOTrainer`` (``trainer.use_v1``), its default trainer (0.9+)."""
+    return verl_in(V1_TRAINER)
+
+
+def has_legacy_workers() -> bool:
+    """verl's ``RayPPOTrainer`` runs the legacy ``fsdp_workers`` (0.7)."""
+    return verl_in(LEGACY_WORKERS)
+
+
 def family_of(version: str) -> str:
     """``"0.9.1"`` -> ``"0.9"``; pre-releases and local tags map to their family too."""
-    parts = version.split(".")
-    if len(parts) < 2:
-        return version
-    minor = "".join(ch for ch in parts[1] if ch.isdigit()) or parts[1]
-    return f"{parts[0]}.{minor}"
+    parsed = Version(version)
+    return f"{parsed.major}.{parsed.minor}"
 
 
 def supported_range_text() -> str:
@@ -36,20 +87,13 @@ def check_supported() -> str:
     """Return the supported family of the installed verl, or raise UnsupportedVerlError."""
     version = installed_version()
     if version is None:
-        newest = SUPPORTED_FAMILIES[-1]
         raise UnsupportedVerlError(
             "verl is not installed in this environment. Install a supported release "
-            f"({supported_range_text()}), e.g. `pip install 'verl>={newest},<{_next(newest)}'`."
+            f"({supported_range_text()}), e.g. `pip install 'verl{SUPPORTED}'`."
         )
-    family = family_of(version)
-    if family not in SUPPORTED_FAMILIES:
+    if not verl_in(SUPPORTED):
         raise UnsupportedVerlError(
-            f"verl {version} is installed, but verl-split supports verl {supported_range_text()}. "
+            f"verl {version} is installed, but verl-split supports verl {supported_range_text()} ({SUPPORTED}). "
             "Install a supported verl, or unset VERL_SPLIT (and VERL_SPLIT_CPU) to run stock verl."
         )
-    return family
-
-
-def _next(family: str) -> str:
-    major, minor = family.split(".")
-    return f"{major}.{int(minor) + 1}"
+    return family_of(version)

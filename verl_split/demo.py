@@ -46,7 +46,7 @@ RAY_NUM_CPUS = 32
 #: Short: Ray's socket paths under it must stay within the 107-byte Unix limit.
 RAY_TEMP_DIR = "/tmp/ray_verl_split"
 #: Families with verl's v1 trainer (``trainer.use_v1``, verl's default there).
-V1_FAMILIES = ("0.9",)
+V1_FAMILIES = compat.V1_TRAINER  # a SpecifierSet: `"0.9" in V1_FAMILIES`
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -67,12 +67,27 @@ def collect_report() -> dict[str, Any]:
         report["pending_patches"] = activation.pending_patches()
     except ActivationFailed as exc:
         report["problems"].append(str(exc.code))
+        return report
+    except Exception as exc:  # verl itself does not import: its dependencies do not fit together
+        report["problems"].append(verl_import_problem(report["verl_version"], exc))
+        return report
     if wanted.any_active and not report["active"] and not report["problems"]:
         report["problems"].append(
             "VERL_SPLIT is set but verl did not load verl-split's entry point: check that verl-split is "
             "installed in this environment and that VERL_USE_EXTERNAL_PLUGINS does not exclude it."
         )
     return report
+
+
+def verl_import_problem(version: str, exc: BaseException) -> str:
+    """One line for a verl that is installed but does not import, with the way out."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return (
+        f"verl {version} is installed but `import verl` fails ({type(exc).__name__}: {first}). "
+        "Its dependencies do not fit together: `python -m pip check` names the conflict; install versions "
+        "verl accepts (the known case, verl 0.7/0.8 pin numpy<2 and pyarrow 26 needs numpy 2: "
+        "`pip install 'pyarrow<26'`)."
+    )
 
 
 def _report_in_ray_worker() -> dict[str, Any]:

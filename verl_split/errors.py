@@ -1,5 +1,7 @@
 """Exceptions verl-split raises on purpose. Standard library only."""
 
+import logging
+
 
 class VerlSplitError(Exception):
     """A problem the user can fix: the message says what is wrong and how to fix it."""
@@ -36,3 +38,18 @@ class ActivationFailed(SystemExit):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"verl-split: {message}")
+
+
+def activation_failed(message: str, unexpected: bool = False) -> ActivationFailed:
+    """Log why activation stops this process, then return the exception to raise.
+
+    Python prints only a ``SystemExit``'s message, and inside a Ray actor Ray turns it into
+    an actor death whose detail carries the message but no traceback. The log line goes to
+    the process's stderr, which Ray forwards to the driver's console; an unexpected failure
+    (``unexpected=True``, called inside ``except``) logs its traceback there too.
+    """
+    from verl_split import log  # standard library only
+
+    log.configure()
+    logging.getLogger("verl_split").error("verl-split: %s", message, exc_info=unexpected)
+    return ActivationFailed(message)

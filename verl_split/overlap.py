@@ -324,7 +324,7 @@ _warned: set[str] = set()
 
 def record_interval(name: str, lane: str, interval: _Interval) -> None:
     """Add one interval to the ``VERL_SPLIT_TRACE`` timeline, if one is asked for."""
-    path = settings.read().trace_path
+    path = settings.current().trace_path
     if not path:
         return
     timeline = _timelines.setdefault(path, Timeline(path))
@@ -347,7 +347,7 @@ def _warn_once(message: str) -> None:
 
 def _why_sequential(trainer: Any, adapter: TrainerAdapter, actor_pool: str | None, critic_pool: str | None) -> str:
     """Empty when this step's updates may overlap, else the reason they run one after the other."""
-    if not settings.read().overlap:
+    if not settings.current().overlap:
         return "VERL_SPLIT_OVERLAP is off"
     if not adapter.runs_stock_step(trainer):
         return f"{type(trainer).__name__} overrides {adapter.step_method}(), so the order of its updates is unknown"

@@ -342,7 +342,7 @@ def _defining_class(cls: type, method: str) -> type:
 
 def _why_sequential(trainer: Any, adapter: Any, actor_pool: str | None, critic_pool: str | None) -> str:
     """Empty when this step's preparation may overlap, else the reason it runs one phase after the other."""
-    if not settings.read().overlap_prep:
+    if not settings.current().overlap_prep:
         return "VERL_SPLIT_OVERLAP does not include prep"
     if not adapter.runs_stock_step(trainer):
         return f"{type(trainer).__name__} overrides {adapter.step_method}(), so the order of its phases is unknown"

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from verl_split.errors import SettingsError
 
+#: Every variable verl-split reads starts with this; so must every name it is given.
+PREFIX = "VERL_SPLIT"
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -91,19 +94,53 @@ class Settings:
         return self.enabled or self.cpu
 
 
-def read(environ: Mapping[str, str] | None = None) -> Settings:
-    """Read and validate every ``VERL_SPLIT*`` variable; raise SettingsError on a bad value."""
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``VERL_SPLIT*`` names in the environment that verl-split does not read (typos)."""
     env = os.environ if environ is None else environ
-    unknown = sorted(k for k in env if k.startswith("VERL_SPLIT") and k not in VARIABLES)
+    return sorted(k for k in env if k.startswith(PREFIX) and k not in VARIABLES)
+
+
+def read(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read every ``VERL_SPLIT*`` variable under the one "off" policy; raise SettingsError.
+
+    The policy, the same on every verl family (0.9's entry point and 0.7/0.8's start-up
+    hook both end here): an unknown ``VERL_SPLIT*`` name is always an error, because a
+    typo of the switch (``VERL_SPLITT=1``) would otherwise run stock verl silently; the
+    switches ``VERL_SPLIT`` / ``VERL_SPLIT_CPU`` must hold an on/off value; and while both
+    are off nothing else is read, so a leftover ``VERL_SPLIT_OVERLAP=maybe`` leaves verl stock.
+    """
+    env = os.environ if environ is None else environ
+    unknown = unknown_variables(env)
     if unknown:
-        raise SettingsError(f"unknown variable {', '.join(unknown)}; verl-split reads only {', '.join(VARIABLES)}.")
+        raise SettingsError(
+            f"unknown variable {', '.join(unknown)}; verl-split reads only {', '.join(VARIABLES)}. "
+            "Fix the name (e.g. VERL_SPLIT=1), or unset it to run stock verl."
+        )
+    enabled = parse_switch("VERL_SPLIT", env.get("VERL_SPLIT"), False)
+    cpu = parse_switch("VERL_SPLIT_CPU", env.get("VERL_SPLIT_CPU"), False)
+    if not (enabled or cpu):
+        return Settings()
     return Settings(
-        enabled=parse_switch("VERL_SPLIT", env.get("VERL_SPLIT"), False),
+        enabled=enabled,
         placement=(env.get("VERL_SPLIT_PLACEMENT") or "").strip(),
         overlap_phases=parse_overlap(env.get("VERL_SPLIT_OVERLAP")),
-        cpu=parse_switch("VERL_SPLIT_CPU", env.get("VERL_SPLIT_CPU"), False),
+        cpu=cpu,
         trace_path=(env.get("VERL_SPLIT_TRACE") or "").strip(),
     )
+
+
+_frozen: Settings | None = None
+
+
+def freeze(frozen: Settings) -> None:
+    """Keep the settings activation read: the run uses these, not a later environment."""
+    global _frozen
+    _frozen = frozen
+
+
+def current() -> Settings:
+    """The settings frozen at activation; read from the environment where nothing activated."""
+    return _frozen if _frozen is not None else read()
 
 
 #: Variables besides VERL_SPLIT* that a run in CPU mode needs in every Ray worker.
@@ -120,7 +157,7 @@ def forwarded_env_vars(environ: Mapping[str, str] | None = None) -> dict[str, st
     """Variables to put into a Ray ``runtime_env``: workers on an existing cluster inherit
     the raylet's environment, not the launching shell's."""
     env = os.environ if environ is None else environ
-    forwarded = {k: v for k, v in env.items() if k.startswith("VERL_SPLIT")}
+    forwarded = {k: v for k, v in env.items() if k.startswith(PREFIX)}
     if read(env).cpu:
         for key, default in CPU_MODE_VARIABLES.items():
             forwarded[key] = env.get(key, default)

@@ -1,0 +1,126 @@
+"""Settings: the one "off" policy, settings frozen at activation, the logger, versions from compat.
+
+Unit tests: no process, no Ray, no verl trainer. The same policy through ``import verl``
+on the installed family (entry point on 0.9, start-up hook on 0.7/0.8): test_off_policy.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from verl_split import activation, compat, log, settings
+from verl_split.errors import ActivationFailed, SettingsError, activation_failed
+
+pytestmark = pytest.mark.unit
+
+
+def test_off_reads_nothing_but_the_switches():
+    # A leftover value of a known variable does not matter while verl-split is off.
+    assert settings.read({"VERL_SPLIT_OVERLAP": "maybe"}) == settings.Settings()
+    assert settings.read({"VERL_SPLIT": "0", "VERL_SPLIT_OVERLAP": "maybe", "VERL_SPLIT_PLACEMENT": "x"}) == (
+        settings.Settings()
+    )
+
+
+@pytest.mark.parametrize("name", ["VERL_SPLITT", "VERL_SPLIT_CPUU", "VERL_SPLIT_OVERLAPP"])
+def test_unknown_name_is_an_error_on_or_off(name):
+    for env in ({name: "1"}, {name: "1", "VERL_SPLIT": "1"}, {name: "1", "VERL_SPLIT": "0"}):
+        with pytest.raises(SettingsError, match=f"unknown variable {name}; verl-split reads only VERL_SPLIT,"):
+            settings.read(env)
+
+
+@pytest.mark.parametrize("name", ["VERL_SPLIT", "VERL_SPLIT_CPU"])
+def test_a_switch_must_hold_an_on_off_value(name):
+    with pytest.raises(SettingsError, match=f"{name}='maybe' is not an accepted value"):
+        settings.read({name: "maybe"})
+
+
+def test_on_validates_every_value():
+    with pytest.raises(SettingsError, match="VERL_SPLIT_OVERLAP='maybe'"):
+        settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_OVERLAP": "maybe"})
+    with pytest.raises(SettingsError, match="VERL_SPLIT_OVERLAP='maybe'"):
+        settings.read({"VERL_SPLIT_CPU": "1", "VERL_SPLIT_OVERLAP": "maybe"})
+    on = settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_OVERLAP": "updates", "VERL_SPLIT_TRACE": "t.json"})
+    assert on.enabled and on.overlap and not on.overlap_prep and on.trace_path == "t.json"
+
+
+def test_settings_are_frozen_at_activation(monkeypatch):
+    monkeypatch.setattr(settings, "_frozen", None)
+    frozen = settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_OVERLAP": "prep"})
+    settings.freeze(frozen)
+    # A variable set mid-run (even a bad one) changes nothing the adapters read.
+    monkeypatch.setenv("VERL_SPLIT_OVERLAP", "maybe")
+    monkeypatch.setenv("VERL_SPLITT", "1")
+    assert settings.current() is frozen
+    assert not settings.current().overlap and settings.current().overlap_prep
+
+
+def test_adapters_read_the_frozen_settings():
+    # overlap.py / prep_overlap.py / step_metrics.py read settings.current(), not the environment.
+    import inspect
+
+    from verl_split import overlap, prep_overlap, step_metrics
+
+    for module in (overlap, prep_overlap, step_metrics):
+        assert "settings.read(" not in inspect.getsource(module), module.__name__
+
+
+@pytest.fixture
+def clean_logging(monkeypatch):
+    ours = logging.getLogger("verl_split")
+    monkeypatch.setattr(ours, "handlers", [])
+    monkeypatch.setattr(ours, "level", logging.NOTSET)
+    monkeypatch.setattr(ours, "propagate", True)
+    return ours
+
+
+def test_logger_leaves_the_applications_logging_alone(clean_logging, caplog):
+    root = logging.getLogger()
+    assert root.handlers  # pytest's caplog handler is on the root logger
+    log.configure()
+    assert clean_logging.propagate and clean_logging.handlers == []  # the app's handlers see our records
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("verl_split").info("Actor update completed in 5.2s")
+    assert "Actor update completed in 5.2s" in caplog.text
+
+
+def test_logger_level_set_by_the_application_wins(clean_logging):
+    clean_logging.setLevel(logging.ERROR)
+    log.configure()
+    assert clean_logging.level == logging.ERROR
+
+
+def test_logger_gets_a_console_handler_only_without_root_handlers(clean_logging, monkeypatch):
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    log.configure()
+    log.configure()
+    assert [h.name for h in clean_logging.handlers] == ["verl_split_console"]
+    assert clean_logging.level == logging.INFO and clean_logging.propagate
+
+
+def test_unexpected_activation_failure_logs_its_traceback(caplog):
+    with caplog.at_level(logging.ERROR, logger="verl_split"):
+        try:
+            raise KeyError("train_mini_batch")
+        except KeyError:
+            exc = activation_failed("could not patch x", unexpected=True)
+    assert isinstance(exc, ActivationFailed) and exc.code == "verl-split: could not patch x"
+    (record,) = caplog.records
+    assert record.exc_info and record.exc_info[0] is KeyError
+
+
+def test_versions_are_specifier_sets_read_from_the_distribution():
+    version = compat.installed_version()
+    assert compat.has_entry_points() == compat.has_v1_trainer() == compat.ENTRY_POINTS.contains(version)
+    assert compat.has_legacy_workers() == (compat.family_of(version) == "0.7")
+    assert compat.family_of("0.9.1") == "0.9" and compat.family_of("0.10.0rc1") == "0.10"
+    for seam in activation.SEAMS:
+        assert isinstance(seam.verl, SpecifierSet), seam.name
+    # every family has the seams of each feature it needs, and no two trainers' placement seams
+    for family in compat.SUPPORTED_FAMILIES:
+        names = {s.name for s in activation.seams_for(frozenset({"split"}), family)}
+        assert ("placement_v1" in names) == (family == "0.9") and ("placement_legacy" in names) != (family == "0.9")
+        assert ("legacy_dispatch" in names) == (family == "0.7")
