@@ -143,3 +143,30 @@ def test_more_nodes_planned_than_the_cluster_has(cluster):
     manager = SplitResourcePoolManager(resource_pool_spec=plan.resource_pool_spec, mapping={}, plan=plan)
     with pytest.raises(PlacementError, match="the plan needs 3 nodes with GPUs but the Ray cluster has 2"):
         manager.create_resource_pool()
+
+
+def test_a_pool_ray_cannot_place_in_time_is_removed_with_a_clear_error(cluster):
+    # The race check_fit cannot see: another job takes the node's GPUs between the check and the
+    # pool's placement groups. Without a timeout verl would wait forever (verl issues 1182, 2596).
+    from ray.util.placement_group import placement_group, placement_group_table
+
+    from verl_split.errors import PlacementError
+    from verl_split.pools import NODE_ID_LABEL, PinnedRayResourcePool, cluster_nodes
+
+    first = cluster_nodes("GPU")[0].node_id
+    blocker = placement_group([{"GPU": 1, "CPU": 1}] * 2, bundle_label_selector=[{NODE_ID_LABEL: first}] * 2)
+    ray.get(blocker.ready(), timeout=60)
+    pool = PinnedRayResourcePool(
+        process_on_nodes=[4], use_gpu=True, name_prefix="stuck_pool", node_ids=[first], ready_timeout_s=3
+    )
+    try:
+        with pytest.raises(PlacementError) as exc:
+            pool.get_placement_groups()
+    finally:
+        ray.util.remove_placement_group(blocker)
+    message = str(exc.value)
+    assert message.startswith("resource pool stuck_pool: 1 of 1 placement group(s) not ready after 3s"), message
+    assert f"Ray node {first}" in message and f"{{'{NODE_ID_LABEL}': '{first}'}}" in message
+    states = [pg["state"] for pg in placement_group_table().values() if pg["name"].startswith("stuck_pool")]
+    assert states and set(states) == {"REMOVED"}, states
+    wait_for_free_gpus()
