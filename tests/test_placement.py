@@ -304,8 +304,7 @@ def test_bad_placements_are_rejected_with_their_own_message(placement, cluster, 
     assert fragment in str(info.value)
 
 
-def test_the_battery_is_large_and_its_messages_distinct():
-    assert len(BAD) >= 30
+def test_the_battery_messages_are_distinct():
     messages = set()
     for placement, cluster, req, _ in BAD:
         with pytest.raises(PlacementError) as info:
