@@ -114,3 +114,46 @@ def test_doctor_reports_inactive_and_bad_values():
     )
     assert bad.returncode == 1
     assert any("is not an accepted value" in p for p in json.loads(bad.stdout)["problems"])
+
+
+FAILING_SEAM_IN_ACTOR = """
+import json, time, ray
+
+@ray.remote(num_cpus=0)
+class Worker:
+    def patch(self):
+        import json as target
+        import verl  # noqa: F401  (verl-split is on in this worker)
+        from verl_split import activation, compat
+        # A seam whose module cannot be loaded: the unexpected-failure path of every seam.
+        broken = activation.Seam("broken", "json", "verl_split.seams.no_such_seam", "split", compat.ANY)
+        activation._apply(broken, target)
+
+ray.init(num_cpus=1, include_dashboard=False)
+try:
+    ray.get(Worker.remote().patch.remote())
+    error = None
+except Exception as exc:
+    error = f"{type(exc).__name__}: {exc}"
+time.sleep(3)  # let Ray forward the worker's stderr to this console
+print(json.dumps({"error": error}))
+"""
+
+
+def test_seam_failing_in_a_worker_reaches_the_drivers_console_with_its_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILING_SEAM_IN_ACTOR],
+        env=clean_env({"VERL_SPLIT": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    error = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+    message = "could not patch json (seam 'broken')"
+    # Ray takes the SystemExit for an actor exit; its death notice carries our message.
+    assert error is not None and message in error, error
+    console = proc.stdout + proc.stderr
+    # The worker's log line, forwarded by Ray, carries the message and the traceback of the cause.
+    assert f"verl-split: {message}" in console
+    assert "Traceback" in console and "ModuleNotFoundError: No module named 'verl_split.seams.no_such_seam'" in console
