@@ -87,7 +87,9 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
     if args.placement:
         chosen = planner.parse_placement(args.placement, source="--placement")
     else:
-        chosen = planner.placement_from_config({} if config is None else config, settings.read().placement)
+        # The plan a VERL_SPLIT=1 run would get: with the switch off settings reads no other variable.
+        env_placement = settings.read({**os.environ, "VERL_SPLIT": "1"}).placement
+        chosen = planner.placement_from_config({} if config is None else config, env_placement)
     cluster = planner.Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
     return planner.plan_placement(chosen, cluster, requirements)
 
