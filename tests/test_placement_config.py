@@ -31,6 +31,16 @@ def test_select_key_names_an_interpolation_it_cannot_resolve(monkeypatch):
         plan_from_config(config, "")
 
 
+@pytest.mark.parametrize(
+    ("value", "cause"),
+    [("${trainer.nope}", "InterpolationKeyError"), ("${no_such_resolver:1}", "UnsupportedInterpolationType")],
+)
+def test_select_key_names_any_interpolation_it_cannot_resolve(value, cause):
+    config = OmegaConf.create({"trainer": {"nnodes": value}})
+    with pytest.raises(PlacementError, match=f"could not read trainer.nnodes from verl's config: {cause}"):
+        select_key(config, "trainer.nnodes")
+
+
 def test_select_key_resolves_interpolations_that_work(monkeypatch):
     monkeypatch.setenv("NNODES", "2")
     config = OmegaConf.create({"trainer": {"nnodes": "${oc.decode:${oc.env:NNODES}}", "n_gpus_per_node": 8}})
@@ -43,11 +53,22 @@ def test_select_key_resolves_interpolations_that_work(monkeypatch):
         OmegaConf.create({"a": {"b": 1}}),
         OmegaConf.create({"a": {"b": 1, "c": "???"}}),  # a mandatory value left unset reads as missing
         OmegaConf.create({"a": {"b": 1, "c": None}}),
+        OmegaConf.create({"a": 3}),
+        OmegaConf.create({"a": [1, 2]}),
         {"a": {"b": 1}},
         {"a": {"b": 1, "c": None}},
         {"a": 3},  # a leaf where a mapping was expected
     ],
-    ids=["dictconfig", "mandatory", "dictconfig-none", "dict", "dict-none", "dict-leaf"],
+    ids=[
+        "dictconfig",
+        "mandatory",
+        "dictconfig-none",
+        "dictconfig-leaf",
+        "dictconfig-list",
+        "dict",
+        "dict-none",
+        "dict-leaf",
+    ],
 )
 def test_select_key_gives_the_default_for_a_missing_key(config):
     assert select_key(config, "a.c", "default") == "default"

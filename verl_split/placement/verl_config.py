@@ -23,12 +23,14 @@ def select_key(config: Any, dotted: str, default: Any = None) -> Any:
     PlacementError naming the key and the cause, instead of a misleading "got None" later.
     """
     from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf.errors import ConfigTypeError, GrammarParseError, InterpolationResolutionError
 
     if isinstance(config, DictConfig):
         try:
             value = OmegaConf.select(config, dotted, default=None, throw_on_missing=False)
-        except OmegaConfBaseException as exc:
+        except ConfigTypeError:  # a path through a leaf or a list ('a.c' where a is 3): not there
+            return default
+        except (InterpolationResolutionError, GrammarParseError) as exc:
             raise PlacementError(
                 f"could not read {dotted} from verl's config: {type(exc).__name__}: {str(exc).splitlines()[0]}. "
                 "Fix that value (set the environment variable it reads, or set the key on the command line)."
