@@ -186,11 +186,11 @@ def ready_timeout_from_config(config: Any) -> float:
 
 
 def plan_from_config(config: Any, env_value: str | None = None) -> Plan:
-    """Plan the run of a verl config; ``env_value`` is VERL_SPLIT_PLACEMENT (read from settings if None)."""
+    """Plan the run of a verl config; ``env_value`` is VERL_SPLIT_PLACEMENT (the frozen settings' if None)."""
     if env_value is None:
         from verl_split import settings
 
-        env_value = settings.read().placement
+        env_value = settings.current().placement
     plan = plan_placement(
         placement_from_config(config, env_value), cluster_from_config(config), requirements_from_config(config)
     )
