@@ -31,7 +31,7 @@ class Timeline:
     started: bool = False
     #: Events in the file.
     written: int = 0
-    # add() runs on the trainer's thread and the overlap's actor thread.
+    # Callers record from the trainer's thread today; the lock keeps add/flush safe from any other.
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, name: str, lane: str, start_s: float, end_s: float, **args: object) -> None:
