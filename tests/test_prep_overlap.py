@@ -118,6 +118,8 @@ class FakePrep(prep_overlap.V0Prep):
 def patched(monkeypatch):
     """FakeTrainer with verl-split's wrappers, as seams/prep_v0.py wraps RayPPOTrainer."""
     monkeypatch.delenv("VERL_SPLIT_OVERLAP", raising=False)
+    monkeypatch.setenv("VERL_SPLIT", "1")  # verl-split reads its other settings only when switched on
+    monkeypatch.setattr(settings, "_frozen", None)  # read from this test's environment
     prep_overlap._warned.clear()
 
     def install(pools=("actor_pool", "critic_pool")):
