@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_split import _wrapping, overlap, settings
+from verl_split import _wrapping, overlap, settings, trainers
 from verl_split.errors import UpdateFailedError
 
 pytestmark = pytest.mark.unit
@@ -102,7 +102,7 @@ class OverridingTrainer(FakeTrainer):
         return super()._step_once(batch, actor_batch)
 
 
-class FakeAdapter(overlap.V1Adapter):
+class FakeAdapter(trainers.V1Adapter):
     """The real v1 adapter, with the pools given instead of read from verl's Role mapping."""
 
     def __init__(self, pools=("actor_pool", "critic_pool")):

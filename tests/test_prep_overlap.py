@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_split import _wrapping, overlap, prep_overlap, settings, step_metrics
+from verl_split import _wrapping, overlap, prep_overlap, settings, step_metrics, trainers
 from verl_split.errors import PrepFailedError, SettingsError
 
 pytestmark = pytest.mark.unit
@@ -100,7 +100,7 @@ class FakeTrainer:
         return batch
 
 
-class FakePrep(prep_overlap.V0Prep):
+class FakePrep(trainers.V0Prep):
     """The real ``RayPPOTrainer`` adapter, with the pools given instead of read from verl."""
 
     def __init__(self, trainer_class, pools=("actor_pool", "critic_pool")):
@@ -213,9 +213,9 @@ def test_no_critic_runs_stock(patched, caplog):
 def test_v1_with_the_reference_inside_a_lora_actor_runs_stock():
     trainer = FakeTrainer()
     trainer.ref_in_actor = True
-    assert "no_lora_adapter" in prep_overlap.V1Prep(FakeTrainer).why_not(trainer)
+    assert "no_lora_adapter" in trainers.V1Prep(FakeTrainer).why_not(trainer)
     trainer.use_reference_policy = False
-    assert prep_overlap.V1Prep(FakeTrainer).why_not(trainer) == ""
+    assert trainers.V1Prep(FakeTrainer).why_not(trainer) == ""
 
 
 def test_a_values_failure_names_the_critic_pool_and_surfaces_before_ref(patched):

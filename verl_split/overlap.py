@@ -39,6 +39,7 @@ import wrapt
 from verl_split import settings
 from verl_split.errors import UpdateFailedError
 from verl_split.timeline import Timeline
+from verl_split.trainers import TrainerAdapter, batch_arg
 
 logger = logging.getLogger("verl_split.overlap")
 
@@ -46,92 +47,6 @@ logger = logging.getLogger("verl_split.overlap")
 _STEP_ATTR = "_verl_split_step"
 # Set on the controller thread, so its own call to _update_actor passes straight through.
 _controller = threading.local()
-
-
-class TrainerAdapter:
-    """What differs between verl's trainers: where metrics go and what a stock step is."""
-
-    #: the class whose stock step runs critic -> actor (see ``runs_stock_step``)
-    trainer_class: type
-    #: the method of ``trainer_class`` holding that step; an override means an unknown order
-    step_method: str
-
-    def runs_stock_step(self, trainer: Any) -> bool:
-        return getattr(type(trainer), self.step_method) is vars(self.trainer_class)[self.step_method]
-
-    def actor_updates_this_step(self, trainer: Any) -> bool:
-        # The very condition both verl trainers use before calling _update_actor.
-        return trainer.config.trainer.critic_warmup <= trainer.global_steps
-
-    def pools(self, trainer: Any) -> tuple[str | None, str | None]:
-        """(actor pool, critic pool) names from the trainer's resource pool mapping."""
-        from verl.trainer.ppo.utils import Role
-
-        mapping = trainer.resource_pool_manager.mapping
-        actor = next((mapping[r] for r in (Role.ActorRollout, Role.ActorRolloutRef, Role.Actor) if r in mapping), None)
-        return actor, mapping.get(Role.Critic)
-
-    def pool_sizes(self, trainer: Any) -> dict[str, float]:
-        """``split/actor_pool_gpus`` and ``split/critic_pool_gpus``: the layout this run trains on."""
-        spec = getattr(trainer.resource_pool_manager, "resource_pool_spec", {}) or {}
-        sizes = {}
-        for role, pool in zip(("actor", "critic"), self.pools(trainer), strict=True):
-            if pool in spec:
-                sizes[f"split/{role}_pool_gpus"] = float(sum(spec[pool]))
-        return sizes
-
-    def private_metrics_call(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, dict | None]:
-        """The arguments for the actor's call, with its own metrics dict if the trainer passes one."""
-        return args, kwargs, None
-
-    def merge_metrics(self, args: tuple, kwargs: dict, private: dict | None) -> None:
-        """Put what the actor's call wrote into its private metrics dict where stock would have."""
-
-    def report(self, result: Any, args: tuple, kwargs: dict, split_metrics: dict[str, float]) -> None:
-        raise NotImplementedError
-
-
-class V1Adapter(TrainerAdapter):
-    """``verl/trainer/ppo/v1/trainer_base.py`` ``PPOTrainer``: ``_update_*(batch, metrics)``."""
-
-    step_method = "_step_once"
-
-    def __init__(self, trainer_class: type) -> None:
-        self.trainer_class = trainer_class
-
-    @staticmethod
-    def _metrics_index(args: tuple, kwargs: dict) -> int | str:
-        return "metrics" if "metrics" in kwargs else 1
-
-    def private_metrics_call(self, args, kwargs):
-        where, private = self._metrics_index(args, kwargs), {}
-        if where == "metrics":
-            return args, {**kwargs, "metrics": private}, private
-        return (*args[:where], private, *args[where + 1 :]), kwargs, private
-
-    def merge_metrics(self, args, kwargs, private):
-        if private:
-            self._metrics(args, kwargs).update(private)
-
-    def _metrics(self, args, kwargs) -> dict:
-        where = self._metrics_index(args, kwargs)
-        return kwargs["metrics"] if where == "metrics" else args[where]
-
-    def report(self, result, args, kwargs, split_metrics):
-        self._metrics(args, kwargs).update(split_metrics)
-
-
-class V0Adapter(TrainerAdapter):
-    """``verl/trainer/ppo/ray_trainer.py`` ``RayPPOTrainer``: ``_update_*(batch)`` return a DataProto
-    whose ``meta_info["metrics"]`` ``fit`` reduces into the step's metrics."""
-
-    step_method = "fit"
-
-    def __init__(self, trainer_class: type) -> None:
-        self.trainer_class = trainer_class
-
-    def report(self, result, args, kwargs, split_metrics):
-        result.meta_info.setdefault("metrics", {}).update(split_metrics)
 
 
 @dataclass
@@ -356,10 +271,6 @@ def _why_sequential(trainer: Any, adapter: TrainerAdapter, actor_pool: str | Non
     return ""
 
 
-def _batch(args: tuple, kwargs: dict) -> Any:
-    return args[0] if args else kwargs.get("batch")
-
-
 def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
     def _wrap_update_critic(wrapped, trainer, args, kwargs):
         actor_pool, critic_pool = adapter.pools(trainer)
@@ -415,7 +326,7 @@ def make_update_actor_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
             result = wrapped(*args, **kwargs)
             step.actor.end = time.monotonic()
         else:
-            if _batch(args, kwargs) is not _batch(step.critic_args, step.critic_kwargs):
+            if batch_arg(args, kwargs) is not batch_arg(step.critic_args, step.critic_kwargs):
                 raise RuntimeError(
                     "verl-split: _update_actor was called with another batch than the actor update it started; "
                     "please report this with your verl version and trainer."

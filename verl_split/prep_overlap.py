@@ -48,6 +48,7 @@ from typing import Any
 
 from verl_split import overlap, settings
 from verl_split.errors import PrepFailedError
+from verl_split.trainers import V0Prep, batch_arg, defining_class
 
 logger = logging.getLogger("verl_split.prep")
 
@@ -60,106 +61,6 @@ _controller = threading.local()
 
 #: The stock methods the overlap moves in time; a trainer overriding one of them runs stock.
 PREP_METHODS = ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values")
-
-
-class V0Prep(overlap.V0Adapter):
-    """``RayPPOTrainer`` (every family): ``_compute_*(batch)`` are pure and return new DataProtos;
-    ``fit`` merges them into the step's batch in place (``batch.union`` returns ``self``)."""
-
-    def snapshot(self, batch: Any) -> Any:
-        # New TensorDict and dicts over the same tensors: fit's unions add keys to the step's
-        # batch while the critic's dispatch iterates over this one. select() without key
-        # lists would hand back the same TensorDict.
-        return batch.select(
-            batch_keys=list(batch.batch.keys()),
-            non_tensor_batch_keys=list(batch.non_tensor_batch),
-            meta_info_keys=list(batch.meta_info),
-        )
-
-    def same_batch(self, launched: Any, batch: Any) -> bool:
-        return launched is batch
-
-    def values_call(self, snapshot: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return (snapshot,), {}
-
-    def values_result(self, step: _PrepStep, result: Any, args: tuple, kwargs: dict) -> Any:
-        return result
-
-    def why_not(self, trainer: Any) -> str:
-        return ""
-
-    def is_step_reward(self, batch: Any) -> bool:
-        """The step's own reward call, not REMAX's baseline or validation's: only the step's batch
-        carries ``global_token_num``, which ``fit`` sets after balancing, just before the reward."""
-        return "global_token_num" in batch.meta_info
-
-    def reward_pool(self, trainer: Any) -> str | None:
-        from verl.trainer.ppo.utils import Role
-
-        return trainer.resource_pool_manager.mapping.get(Role.RewardModel)
-
-    def why_not_during_reward(self, trainer: Any, actor_pool: str | None) -> str:
-        owner = _defining_class(type(trainer), "_compute_reward_colocate")
-        if owner is not self.trainer_class:
-            return f"{owner.__name__} overrides _compute_reward_colocate()"
-        corr = trainer.config.algorithm.get("rollout_correction", None)
-        if corr and corr.get("bypass_mode", False):
-            return "verl's bypass mode (algorithm.rollout_correction.bypass_mode) computes no old_log_prob"
-        pool = self.reward_pool(trainer)
-        if pool is None or pool == actor_pool:
-            return f"the reward model shares resource pool {pool!r} with the actor"
-        return ""
-
-    def actor_methods(self, trainer: Any) -> list[str]:
-        methods = ["_compute_old_log_prob"]
-        if getattr(trainer, "use_reference_policy", False):
-            methods.append("_compute_ref_log_prob")
-        return methods
-
-
-class V1Prep(overlap.V1Adapter):
-    """v1 ``PPOTrainer``: ``_compute_*(batch, metrics)`` take a ``KVBatchMeta`` whose data lives in
-    TransferQueue, write their fields there, and return the (possibly new) meta."""
-
-    def snapshot(self, batch: Any) -> Any:
-        # Every compute method updates batch.extra_info; KVBatchMeta deep-copies tags and
-        # extra_info on construction, so the critic's request cannot race old_log_prob's.
-        return type(batch)(
-            keys=list(batch.keys),
-            tags=batch.tags,
-            partition_id=batch.partition_id,
-            fields=None if batch.fields is None else list(batch.fields),
-            extra_info=dict(batch.extra_info or {}),
-        )
-
-    def same_batch(self, launched: Any, batch: Any) -> bool:
-        # old_log_prob returns the meta of its TransferQueue put: the same samples, a new object.
-        return list(launched.keys) == list(batch.keys) and launched.partition_id == batch.partition_id
-
-    def values_call(self, snapshot: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        args, kwargs, _ = self.private_metrics_call(args, kwargs)
-        return (snapshot, *args[1:]), {k: v for k, v in kwargs.items() if k != "batch"}
-
-    def values_result(self, step: _PrepStep, result: Any, args: tuple, kwargs: dict) -> Any:
-        # Stock returns its input after adding the critic's request flags to its extra_info.
-        batch = overlap._batch(args, kwargs)
-        added = {k: v for k, v in (step.snapshot.extra_info or {}).items() if step.extra_info_before.get(k) != v}
-        if batch.extra_info is None:
-            batch.extra_info = {}
-        batch.extra_info.update(added)
-        return batch
-
-    def why_not(self, trainer: Any) -> str:
-        if getattr(trainer, "ref_in_actor", False) and getattr(trainer, "use_reference_policy", False):
-            # verl/trainer/ppo/v1/trainer_base.py _compute_ref_log_prob sets no_lora_adapter in the
-            # shared extra_info, which stock then sends along with the critic's request
-            # (TrainingWorker.infer_batch turns the critic's adapter off). A snapshot taken
-            # before ref would not carry it, so the critic would compute other values.
-            return (
-                "the reference policy runs inside the LoRA actor (ref_in_actor), and stock verl passes its "
-                "no_lora_adapter flag on to the critic's values call"
-            )
-        return ""
 
 
 @dataclass
@@ -335,11 +236,6 @@ def take_metrics(trainer: Any) -> dict[str, float]:
 _warned: set[str] = set()
 
 
-def _defining_class(cls: type, method: str) -> type:
-    # Looked up in the class dicts: our wrappers are descriptors, getattr would bind a new one.
-    return next(c for c in cls.__mro__ if method in vars(c))
-
-
 def _why_sequential(trainer: Any, adapter: Any, actor_pool: str | None, critic_pool: str | None) -> str:
     """Empty when this step's preparation may overlap, else the reason it runs one phase after the other."""
     if not settings.current().overlap_prep:
@@ -347,7 +243,7 @@ def _why_sequential(trainer: Any, adapter: Any, actor_pool: str | None, critic_p
     if not adapter.runs_stock_step(trainer):
         return f"{type(trainer).__name__} overrides {adapter.step_method}(), so the order of its phases is unknown"
     for method in PREP_METHODS:
-        owner = _defining_class(type(trainer), method)
+        owner = defining_class(type(trainer), method)
         if owner is not adapter.trainer_class:
             return f"{owner.__name__} overrides {method}()"
     if actor_pool is None or actor_pool == critic_pool:
@@ -377,7 +273,7 @@ def make_reward_wrapper(adapter: V0Prep) -> Callable[..., Any]:
     """For ``RayPPOTrainer._compute_reward_colocate``: start old_log_prob + ref beside the reward model."""
 
     def _wrap_compute_reward_colocate(wrapped, trainer, args, kwargs):
-        batch = overlap._batch(args, kwargs)
+        batch = batch_arg(args, kwargs)
         if getattr(_controller, "active", False) or not getattr(trainer, "use_critic", False):
             return wrapped(*args, **kwargs)
         if not adapter.is_step_reward(batch):
@@ -414,7 +310,7 @@ def make_actor_compute_wrapper(adapter: Any) -> Callable[..., Any]:
         if not getattr(trainer, "use_critic", False):
             _log_once("this run has no critic (e.g. GRPO)")
             return wrapped(*args, **kwargs)
-        batch = overlap._batch(args, kwargs)
+        batch = batch_arg(args, kwargs)
         step: _PrepStep | None = vars(trainer).get(_STEP_ATTR)
         if step is None or not adapter.same_batch(step.batch, batch):
             if step is not None:
@@ -458,7 +354,7 @@ def make_values_wrapper(adapter: Any) -> Callable[..., Any]:
         if getattr(_controller, "active", False):
             return wrapped(*args, **kwargs)  # the launched call itself
         step: _PrepStep | None = vars(trainer).pop(_STEP_ATTR, None)
-        batch = overlap._batch(args, kwargs)
+        batch = batch_arg(args, kwargs)
         if step is not None and step.values_future is not None:
             if not adapter.same_batch(step.batch, batch):
                 step.aborted = True

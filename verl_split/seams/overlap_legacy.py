@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verl_split import _wrapping, legacy, overlap
+from verl_split import _wrapping, legacy, overlap, trainers
 
 
-def _make_update_critic_wrapper(adapter: overlap.TrainerAdapter):
+def _make_update_critic_wrapper(adapter: trainers.TrainerAdapter):
     coordinate = overlap.make_update_critic_wrapper(adapter)
 
     def _wrap_update_critic(wrapped, instance, args, kwargs):
@@ -31,7 +31,7 @@ def _make_update_critic_wrapper(adapter: overlap.TrainerAdapter):
 
 
 def patch(module: ModuleType) -> None:
-    adapter = overlap.V0Adapter(module.RayPPOTrainer)
+    adapter = trainers.V0Adapter(module.RayPPOTrainer)
     _wrapping.wrap(module.RayPPOTrainer, "_update_critic", _make_update_critic_wrapper(adapter))
     _wrapping.wrap(module.RayPPOTrainer, "_update_actor", overlap.make_update_actor_wrapper(adapter))
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verl_split import _wrapping, overlap
+from verl_split import _wrapping, overlap, trainers
 
 
 def patch(module: ModuleType) -> None:
-    adapter = overlap.V0Adapter(module.RayPPOTrainer)
+    adapter = trainers.V0Adapter(module.RayPPOTrainer)
     _wrapping.wrap(module.RayPPOTrainer, "_update_critic", overlap.make_update_critic_wrapper(adapter))
     _wrapping.wrap(module.RayPPOTrainer, "_update_actor", overlap.make_update_actor_wrapper(adapter))
 

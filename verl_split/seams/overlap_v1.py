@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verl_split import _wrapping, overlap
+from verl_split import _wrapping, overlap, trainers
 
 
 def patch(module: ModuleType) -> None:
-    adapter = overlap.V1Adapter(module.PPOTrainer)
+    adapter = trainers.V1Adapter(module.PPOTrainer)
     _wrapping.wrap(module.PPOTrainer, "_update_critic", overlap.make_update_critic_wrapper(adapter))
     _wrapping.wrap(module.PPOTrainer, "_update_actor", overlap.make_update_actor_wrapper(adapter))
 

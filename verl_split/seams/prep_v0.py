@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verl_split import _wrapping, prep_overlap
+from verl_split import _wrapping, prep_overlap, trainers
 
 
 def patch(module: ModuleType) -> None:
-    adapter = prep_overlap.V0Prep(module.RayPPOTrainer)
+    adapter = trainers.V0Prep(module.RayPPOTrainer)
     actor_compute = prep_overlap.make_actor_compute_wrapper(adapter)
     _wrapping.wrap(module.RayPPOTrainer, "_compute_old_log_prob", actor_compute)
     _wrapping.wrap(module.RayPPOTrainer, "_compute_ref_log_prob", actor_compute)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from verl_split import _wrapping, prep_overlap
+from verl_split import _wrapping, prep_overlap, trainers
 
 
 def patch(module: ModuleType) -> None:
-    adapter = prep_overlap.V1Prep(module.PPOTrainer)
+    adapter = trainers.V1Prep(module.PPOTrainer)
     actor_compute = prep_overlap.make_actor_compute_wrapper(adapter)
     _wrapping.wrap(module.PPOTrainer, "_compute_old_log_prob", actor_compute)
     _wrapping.wrap(module.PPOTrainer, "_compute_ref_log_prob", actor_compute)
