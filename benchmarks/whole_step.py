@@ -1,6 +1,6 @@
 """Benchmark: the whole PPO step four ways, side by side, on real verl workers on CPU (no GPU used or needed).
 
-One invocation runs the same CPU dry-run PPO job (``verl_split.demo.dry_run_overrides``: GAE with a critic,
+One invocation runs the same CPU dry-run PPO job (``verl_split.dry_run.dry_run_overrides``: GAE with a critic,
 a reference policy for the KL loss, 2 logical GPUs, verl's ``trainer.use_v1`` by default, ``--trainer v0``
 for ``RayPPOTrainer``) in four configurations:
 
@@ -61,7 +61,7 @@ import ceiling
 
 from verl_split import report
 from verl_split.assets import make_tiny_assets
-from verl_split.demo import dry_run_overrides, run_environment
+from verl_split.dry_run import dry_run_overrides, run_environment
 from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
 PLUGINS = Path(__file__).resolve().parents[1] / "tests" / "plugins"

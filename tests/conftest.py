@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from verl_split.assets import TinyAssets, make_tiny_assets
-from verl_split.demo import run_environment
+from verl_split.dry_run import run_environment
 from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

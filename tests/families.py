@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from verl_split import compat
-from verl_split.demo import default_trainer
+from verl_split.dry_run import default_trainer
 
 VERSION = compat.installed_version() or "0"
 FAMILY = compat.family_of(VERSION)

@@ -13,7 +13,8 @@ import pytest
 
 from verl_split import demo, report
 from verl_split.assets import TinyAssets
-from verl_split.demo import default_trainer, demo_jobs, dry_run_overrides, run_environment
+from verl_split.demo import demo_jobs
+from verl_split.dry_run import default_trainer, dry_run_overrides, run_environment
 from verl_split.runner import MetricsTail, run_logged
 
 ASSETS = TinyAssets(  # only paths: nothing here opens them

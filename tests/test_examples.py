@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from verl_split import placement as planner
 from verl_split import settings
 from verl_split.assets import TinyAssets
-from verl_split.demo import dry_run_overrides
+from verl_split.dry_run import dry_run_overrides
 from verl_split.plan_cli import compose_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,7 +30,7 @@ import os
 import sys
 
 from verl_split.assets import make_tiny_assets
-from verl_split.demo import dry_run_overrides, run_environment
+from verl_split.dry_run import dry_run_overrides, run_environment
 
 out, steps, gpus, assets_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 assets = make_tiny_assets(assets_dir)

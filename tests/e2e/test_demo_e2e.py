@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from verl_split.demo import METRICS_FILE, read_metrics
+from verl_split.runner import METRICS_FILE, read_metrics
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_split.demo import METRICS_FILE, read_metrics
+from verl_split.runner import METRICS_FILE, read_metrics
 
 pytestmark = pytest.mark.e2e
 

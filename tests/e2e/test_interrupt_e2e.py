@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_split.demo import dry_run_overrides, run_environment
+from verl_split.dry_run import dry_run_overrides, run_environment
 from verl_split.runner import main_ppo_command
 
 pytestmark = pytest.mark.e2e

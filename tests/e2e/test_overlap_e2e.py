@@ -21,7 +21,7 @@ import torch
 from conftest import PPORun, run_main_ppo
 from families import DEFAULT_TRAINER
 
-from verl_split.demo import dry_run_overrides
+from verl_split.dry_run import dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_split.demo import dry_run_overrides
+from verl_split.dry_run import dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 
