@@ -1,4 +1,4 @@
-"""The ``verl-split`` command: ``doctor``, ``plan`` and ``demo``.
+"""The ``verl-split`` command: ``doctor``, ``plan``, ``demo`` and ``advise``.
 
 Each subcommand lives in its own module with ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only dispatches, and imports a subcommand's module
@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "plan": ("verl_split.plan_cli", "Show how a placement maps roles onto the cluster's GPUs."),
     "demo": ("verl_split.demo", "Run PPO on CPU with a tiny model, with split placement when VERL_SPLIT=1."),
+    "advise": ("verl_split.advise.cli", "Predict each placement's step time from a job's runs and recommend one."),
 }
 
 

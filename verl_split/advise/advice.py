@@ -1,0 +1,116 @@
+"""From run files to advice: read the runs, fit the model, rank the candidates, recommend one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verl_split.advise.candidates import STOCK, Candidate, caveat, rank, reason
+from verl_split.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
+from verl_split.advise.runs import LANE_MEANING, AdviseError, Run, read_run
+from verl_split.placement import Cluster
+
+
+@dataclass(frozen=True)
+class Advice:
+    cluster: Cluster
+    runs: tuple[Run, ...]
+    model: CostModel
+    candidates: tuple[Candidate, ...]
+    rejected: tuple[tuple[str, str], ...]
+    reason: str
+    caveat: str | None
+    assumptions: tuple[str, ...]
+    next_run: str | None
+    step_cv: float
+
+    @property
+    def recommended(self) -> Candidate:
+        return self.candidates[0]
+
+    def to_json(self) -> dict[str, Any]:
+        best = self.recommended
+        return {
+            "cluster": {"nnodes": self.cluster.nnodes, "n_gpus_per_node": self.cluster.n_gpus_per_node},
+            "runs": [run.to_json() for run in self.runs],
+            "model": self.model.to_json(),
+            "assumptions": list(self.assumptions),
+            "next_run": self.next_run,
+            "candidates": [c.to_json() for c in self.candidates],
+            "rejected": [{"placement": name, "why": why} for name, why in self.rejected],
+            "recommended": {
+                "placement": best.placement,
+                "predicted_step_s": best.prediction.step_s,
+                "speedup_vs_stock": best.speedup_vs_stock,
+                "reason": self.reason,
+                "caveat": self.caveat,
+            },
+        }
+
+
+def advise(
+    paths: Sequence[str | os.PathLike[str]],
+    cluster: Cluster,
+    rollout_tp: int = 1,
+    overlaps: frozenset[str] = OVERLAPS,
+) -> Advice:
+    """Read the runs, fit the cost model and rank every placement the planner accepts on the cluster."""
+    if not paths:
+        raise AdviseError("no run given: pass one or more metrics files (RUN.jsonl) written by verl's file logger.")
+    runs = tuple(read_run(path, cluster) for path in paths)
+    model = build_model(runs)
+    candidates, rejected = rank(model, cluster, rollout_tp=rollout_tp, overlaps=overlaps)
+    if not candidates:
+        why = "; ".join(f"{name}: {text}" for name, text in rejected[:2])
+        raise AdviseError(f"no placement fits the cluster {cluster.describe()}: {why}")
+    step_cv = max((run.step.std / run.step.mean for run in runs if run.step.mean > 0), default=0.0)
+    return Advice(
+        cluster=cluster,
+        runs=runs,
+        model=model,
+        candidates=tuple(candidates),
+        rejected=tuple(rejected),
+        reason=reason(candidates, model),
+        caveat=caveat(candidates, step_cv),
+        assumptions=tuple(_assumptions(model)),
+        next_run=_next_run(runs, model, cluster),
+        step_cv=step_cv,
+    )
+
+
+def _assumptions(model: CostModel) -> list[str]:
+    lines = []
+    by_size: dict[int, list[str]] = {}
+    for lane, lane_model in model.lanes.items():
+        if lane_model.fit == FIT_LINEAR:
+            by_size.setdefault(lane_model.sizes[0], []).append(LANE_MEANING[lane])
+    for n, lanes in by_size.items():
+        lines.append(
+            f"linear scaling of {', '.join(lanes)}: measured on {n} GPUs only, so time(m) = time({n}) x {n}/m; "
+            "real scaling is usually worse, which favours a split"
+        )
+    lines.append(
+        "reward, advantages, weight sync and the rest of the step are held at their measured time on every layout"
+    )
+    return lines
+
+
+def _next_run(runs: Sequence[Run], model: CostModel, cluster: Cluster) -> str | None:
+    """The run that would replace the linear-scaling assumption with a fit, or None if nothing is assumed."""
+    if not model.assumed():
+        return None
+    if all(run.colocated for run in runs):
+        return (
+            "a split run of the same job with the overlaps off, e.g. VERL_SPLIT=1 VERL_SPLIT_PLACEMENT=halves "
+            "VERL_SPLIT_OVERLAP=off python -m verl.trainer.main_ppo <the same overrides>, "
+            "measures every lane at a second pool size"
+        )
+    if all(not run.colocated for run in runs):
+        return (
+            f"a stock run of the same job on all {cluster.n_gpus} GPUs (VERL_SPLIT unset, or "
+            f"placement {STOCK}) measures every lane at a second pool size"
+        )
+    lanes = ", ".join(LANE_MEANING[lane] for lane in model.assumed())
+    return f"a run with these lanes on another pool size ({lanes}), e.g. another A:C ratio"
