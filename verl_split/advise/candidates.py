@@ -133,10 +133,10 @@ def reason(candidates: list[Candidate], model: CostModel) -> str:
     p = best.prediction
     if stock is None:
         return f"{best.placement} is the fastest placement that fits."
-    saved, lost = _trade(best, stock, model)
+    _, lost = _trade(best, stock, model)
     return (
-        f"the critic's values and update take {saved + _critic_extra(p):.2f} s of each stock step; beside the "
-        f"actor they add only {_critic_extra(p):.2f} s, while the actor's side loses {lost:.2f} s on "
+        f"the critic's values and update take {stock.prediction.critic_busy_s:.2f} s of each stock step; beside "
+        f"the actor they add only {_critic_extra(p):.2f} s, while the actor's side loses {lost:.2f} s on "
         f"{p.actor_gpus} instead of {stock.prediction.actor_gpus} GPUs."
     )
 

@@ -118,7 +118,7 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
         ("other", "fixed: reward, advantages, weight sync, the rest"),
     )
     candidates = advice.candidates
-    fig, ax = plt.subplots(figsize=(min(4.0 + 0.9 * len(candidates), 20.0), 5.0))
+    fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 5.0))
     for x, cand in enumerate(candidates):
         bottom = 0.0
         for phase, _ in phases:
@@ -137,7 +137,7 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
     ax.set_xticks(range(len(candidates)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("predicted seconds per step")
-    ax.set_title(f"verl-split advise: predicted step time per placement, {advice.cluster.describe()}")
+    ax.set_title(f"predicted step time per placement\n{advice.cluster.describe()}", fontsize=10)
     handles = [Patch(color=PHASE_COLORS[p], label=label) for p, label in reversed(phases)]
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.margins(y=0.15)
