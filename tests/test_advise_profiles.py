@@ -82,6 +82,8 @@ def split_step(profile: Profile, actor_n: int, critic_n: int, scale: float = 1.0
         "split/actor_update_s": a["actor_update"],
         "split/critic_update_s": c["critic_update"],
         "split/update_wall_s": update_wall,
+        "split/overlapped": 1.0,
+        "split/prep_overlapped": 1.0,
         "split/actor_pool_gpus": float(actor_n),
         "split/critic_pool_gpus": float(critic_n),
     }

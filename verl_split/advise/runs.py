@@ -224,10 +224,13 @@ def _layout(name: str, step: Mapping[str, Any], cluster: Cluster) -> tuple[int, 
     c = a if critic is None else int(critic)  # no critic: one pool
     if critic is not None and a + c <= total:
         return a, c, False
-    if a == c and a <= total:
+    # Equal sizes that do not fit side by side: one shared pool ('all'), unless the pools overlapped, which
+    # verl-split does only on two pools.
+    overlapped = any(_number(step.get(key)) for key in ("split/overlapped", "split/prep_overlapped"))
+    if a == c and a <= total and not overlapped:
         return a, a, True  # actor and critic shared one pool (placement 'all')
     raise AdviseError(
-        f"{name} trained on {a} actor-pool GPUs and {c} critic-pool GPUs, more than the cluster {shape} "
+        f"{name} trained on {a} actor-pool GPUs and {c} critic-pool GPUs, two pools, more than the cluster {shape} "
         "holds. Pass the cluster the run trained on (--nnodes and --n-gpus-per-node)."
     )
 

@@ -1,0 +1,118 @@
+"""``verl-split advise`` through the command's main function: the report, ``--json``, ``--plot``, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_advise_profiles import NEAR_LINEAR, SUBLINEAR, run_file, stock_step, write_run
+
+from verl_split.cli import main
+
+pytestmark = pytest.mark.unit
+
+CLUSTER_ARGS = ["--nnodes", "1", "--n-gpus-per-node", "8"]
+
+
+def advise(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["advise", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_one_stock_run_assumes_linear_scaling_and_names_the_run_to_add(tmp_path, capsys):
+    stock = run_file(tmp_path / "stock.jsonl", SUBLINEAR, n=8)
+    code, out, err = advise(capsys, str(stock), *CLUSTER_ARGS)
+    assert code == 0, err
+    assert "linear scaling ASSUMED (measured on 8 GPUs only)" in out
+    assert "recommended: split_placement.placement=all" in out  # linear scaling never favours a split
+    assert "to fit instead of assume: a split run" in out and "VERL_SPLIT_OVERLAP=off" in out
+    assert "step 1 left out" in out
+    assert max(len(line) for line in out.splitlines() if not line.startswith(str(tmp_path))) <= 110
+
+
+def test_stock_and_split_runs_fit_and_recommend_a_split(tmp_path, capsys):
+    stock = run_file(tmp_path / "stock.jsonl", SUBLINEAR, n=8)
+    split = run_file(tmp_path / "split.jsonl", SUBLINEAR, actor_n=4, critic_n=4)
+    code, out, _ = advise(capsys, str(stock), str(split), *CLUSTER_ARGS)
+    assert code == 0
+    assert "fitted to 4, 8 GPUs" in out and "ASSUMED" not in out
+    assert "recommended: split_placement.placement=halves" in out
+    assert "use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='halves'" in out
+
+
+def test_json_shape(tmp_path, capsys):
+    stock = run_file(tmp_path / "stock.jsonl", NEAR_LINEAR, n=8)
+    split = run_file(tmp_path / "split.jsonl", NEAR_LINEAR, actor_n=6, critic_n=2)
+    code, out, _ = advise(capsys, str(stock), str(split), *CLUSTER_ARGS, "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert set(result) >= {"candidates", "recommended", "model", "runs", "assumptions", "next_run", "cluster"}
+    first = result["candidates"][0]
+    assert set(first) >= {"placement", "predicted_step_s", "speedup_vs_stock", "idle_share", "actor_pool_gpus"}
+    assert result["recommended"]["placement"] == first["placement"] == "all"
+    assert result["recommended"]["reason"].endswith("during generation).")
+    steps = [c["predicted_step_s"] for c in result["candidates"]]
+    assert steps == sorted(steps, key=lambda s: round(s, 9))  # ties keep the candidates' order
+    assert [c["placement"] for c in result["candidates"]][:2] == ["all", "halves"]
+    assert result["runs"][1]["layout"] == "split" and result["runs"][1]["critic_pool_gpus"] == 2
+    assert result["runs"][0]["step_s"]["steps"] == 4  # step 1 left out
+    assert result["model"]["lanes"]["gen"]["fit"] == "fitted"
+
+
+def test_plot(tmp_path, capsys):
+    stock = run_file(tmp_path / "stock.jsonl", SUBLINEAR, n=16)
+    plot = tmp_path / "advise.png"
+    code, out, _ = advise(capsys, str(stock), "--nnodes", "2", "--n-gpus-per-node", "8", "--plot", str(plot))
+    assert code == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {plot}" in out
+
+
+def test_a_run_without_a_critic_keeps_stock(tmp_path, capsys):
+    data = {k: v for k, v in stock_step(SUBLINEAR, 8).items() if k not in ("timing_s/values", "timing_s/update_critic")}
+    path = write_run(tmp_path / "grpo.jsonl", [data, data, data])
+    code, out, _ = advise(capsys, str(path), *CLUSTER_ARGS, "--json")
+    result = json.loads(out)
+    assert code == 0 and [c["placement"] for c in result["candidates"]] == ["all"]
+    assert "no critic" in result["recommended"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        (lambda d: (d / "x.jsonl").write_text("hello\n"), ["x.jsonl"], "is not JSON"),
+        (lambda d: None, ["missing.jsonl"], "no such file"),
+        (lambda d: (d / "x.jsonl").write_text('{"step": 1, "data": {"a": 1}}\n'), ["x.jsonl"], "no phase timings"),
+        (
+            lambda d: run_file(d / "x.jsonl", SUBLINEAR, actor_n=6, critic_n=2),
+            ["x.jsonl", "--nnodes", "1", "--n-gpus-per-node", "4"],
+            "more than the cluster",
+        ),
+        (lambda d: run_file(d / "x.jsonl", SUBLINEAR, n=8), ["x.jsonl", "--nnodes", "0"], "nnodes must be"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, setup, args, message):
+    monkeypatch.chdir(tmp_path)
+    setup(tmp_path)
+    if "--nnodes" not in args:
+        args = [*args, *CLUSTER_ARGS]
+    elif "--n-gpus-per-node" not in args:
+        args = [*args, "--n-gpus-per-node", "8"]
+    code, out, err = advise(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.startswith("verl-split advise: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cluster_shape_is_required(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["advise", "run.jsonl"])
+    assert caught.value.code == 2
+    assert "--nnodes" in capsys.readouterr().err
+
+
+def test_listed_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "advise" in capsys.readouterr().out
