@@ -116,3 +116,13 @@ def test_listed_in_the_help(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "advise" in capsys.readouterr().out
+
+
+def test_one_split_run_names_a_stock_run_to_add(tmp_path, capsys):
+    split = run_file(tmp_path / "split.jsonl", SUBLINEAR, actor_n=4, critic_n=4)
+    code, out, _ = advise(capsys, str(split), *CLUSTER_ARGS, "--json")
+    result = json.loads(out)
+    assert code == 0
+    assert "a stock run of the same job on all 8 GPUs" in result["next_run"]
+    assert any(line.startswith("linear scaling of generation") for line in result["assumptions"])
+    assert {lane["fit"] for lane in result["model"]["lanes"].values()} == {"linear scaling assumed"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from verl_split.advise.candidates import _trade, placement_names, rank, reason
+from verl_split.advise.candidates import _trade, caveat, placement_names, rank, reason
 from verl_split.advise.model import FIT_AMDAHL, FIT_LINEAR, CostModel, LaneModel, fit_lane, predict
 from verl_split.placement import Cluster
 
@@ -139,3 +139,11 @@ def test_the_planner_rejects_pools_that_cannot_hold_a_rollout_replica():
     candidates, rejected = rank(HAND, Cluster(1, 8), rollout_tp=4)
     assert {c.placement for c in candidates} == {"all", "halves"}
     assert "5:3" in dict(rejected) and "not divisible by --rollout-tp=4" in dict(rejected)["5:3"]
+
+
+def test_a_runner_up_within_the_spread_is_said():
+    candidates, _ = rank(HAND, Cluster(1, 8))
+    gap = candidates[1].prediction.step_s / candidates[0].prediction.step_s - 1
+    assert caveat(candidates, step_cv=gap / 2) is None
+    text = caveat(candidates, step_cv=gap * 2)
+    assert text is not None and candidates[1].placement in text and "measure both" in text
