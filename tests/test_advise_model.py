@@ -147,3 +147,12 @@ def test_a_runner_up_within_the_spread_is_said():
     assert caveat(candidates, step_cv=gap / 2) is None
     text = caveat(candidates, step_cv=gap * 2)
     assert text is not None and candidates[1].placement in text and "measure both" in text
+
+
+def test_the_trade_adds_up_with_the_overlaps_off():
+    candidates, _ = rank(HAND, Cluster(1, 8), overlaps=frozenset())
+    stock = next(c for c in candidates if c.placement == "all")
+    assert candidates[0] is stock  # nothing side by side: a split only loses GPUs
+    for cand in candidates[1:]:
+        saved, lost = _trade(cand, stock, HAND)
+        assert stock.prediction.step_s - cand.prediction.step_s == pytest.approx(saved - lost)

@@ -136,17 +136,14 @@ def reason(candidates: list[Candidate], model: CostModel) -> str:
     _, lost = _trade(best, stock, model)
     return (
         f"the critic's values and update take {stock.prediction.critic_busy_s:.2f} s of each stock step; beside "
-        f"the actor they add only {_critic_extra(p):.2f} s, while the actor's side loses {lost:.2f} s on "
+        f"the actor they add only {_critic_extra(p, model):.2f} s, while the actor's side loses {lost:.2f} s on "
         f"{p.actor_gpus} instead of {stock.prediction.actor_gpus} GPUs."
     )
 
 
-def _critic_extra(p: Prediction) -> float:
-    """What the critic's lanes add to a split step beyond the actor's (the part the overlap cannot hide)."""
-    extra = 0.0
-    for actor_lane, critic_lane in (("actor_prep", "critic_prep"), ("actor_update", "critic_update")):
-        extra += max(p.lanes.get(critic_lane, 0.0) - p.lanes.get(actor_lane, 0.0), 0.0)
-    return extra
+def _critic_extra(p: Prediction, model: CostModel) -> float:
+    """What the critic's lanes add to a split step beyond the actor's: the part the overlaps do not hide."""
+    return max(p.step_s - model.fixed_s - p.actor_busy_s, 0.0)
 
 
 def _trade(split: Candidate, stock: Candidate, model: CostModel) -> tuple[float, float]:
@@ -157,7 +154,7 @@ def _trade(split: Candidate, stock: Candidate, model: CostModel) -> tuple[float,
     """
     s, p = stock.prediction, split.prediction
     critic_stock = s.critic_busy_s
-    saved = critic_stock - _critic_extra(p)
+    saved = critic_stock - _critic_extra(p, model)
     lost = p.actor_busy_s - s.actor_busy_s
     return saved, lost
 

@@ -134,6 +134,7 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
             fontsize=8,
         )
     labels = [c.placement if len(c.placement) <= 14 else c.placement.replace(";", ";\n") for c in candidates]
+    labels = [f"{label}\n(stock)" if label == STOCK else label for label in labels]
     ax.set_xticks(range(len(candidates)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("predicted seconds per step")
