@@ -2,7 +2,9 @@
 
 Reads the per-step metrics of one or more runs (verl's ``file`` logger), fits the cost model
 (``verl_split/advise/model.py``) and ranks every placement the planner accepts on the cluster.
-Bad input: one message on stderr, exit code 2.
+With ``--profile`` it first runs the job itself, stock and ``halves`` with the overlaps off, for a few
+steps each (``verl_split/advise/profile.py``), then advises from those two runs the same way.
+Bad input: one message on stderr, exit code 2; a profile run that fails: the end of its log, exit code 1.
 """
 
 from __future__ import annotations
@@ -10,29 +12,83 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from verl_split.advise.profile import DEFAULT_OUT, DEFAULT_STEPS
 from verl_split.errors import VerlSplitError
 
+if TYPE_CHECKING:
+    from verl_split.placement import Cluster
+
 EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.usage = (
+        "verl-split advise RUN.jsonl [RUN.jsonl ...] --nnodes N --n-gpus-per-node G [options]\n"
+        "       verl-split advise --profile --nnodes N --n-gpus-per-node G [--cpu] [--steps S] [--out DIR] "
+        "[options] -- [HYDRA_OVERRIDES ...]"
+    )
     parser.add_argument(
         "runs",
-        nargs="+",
-        metavar="RUN.jsonl",
+        nargs="*",
+        metavar="RUN.jsonl | OVERRIDE",
         help="Metrics files of the job's runs, as verl's file logger writes them (trainer.logger='[console,file]', "
-        "VERL_FILE_LOGGER_PATH=RUN.jsonl): a stock run, a split run, or both.",
+        "VERL_FILE_LOGGER_PATH=RUN.jsonl): a stock run, a split run, or both. With --profile: the job's hydra "
+        "overrides instead, as python -m verl.trainer.main_ppo takes them (after --).",
     )
     parser.add_argument("--nnodes", type=int, required=True, help="Nodes of the cluster the runs trained on.")
     parser.add_argument(
         "--n-gpus-per-node", type=int, required=True, dest="n_gpus_per_node", help="GPUs per node of that cluster."
     )
     parser.add_argument(
-        "--rollout-tp", type=int, default=1, help="Rollout tensor-parallel size: pools must hold whole replicas."
+        "--rollout-tp",
+        type=int,
+        default=None,
+        help="Rollout tensor-parallel size: pools must hold whole replicas (default 1; with --profile, the job's).",
     )
     parser.add_argument("--json", action="store_true", help="Print the runs, the model and the ranking as JSON.")
     parser.add_argument("--plot", metavar="FILE.png", help="Draw the predicted step time per placement, by phase.")
+    profile = parser.add_argument_group("--profile: measure the job first")
+    profile.add_argument(
+        "--profile",
+        action="store_true",
+        help="Run the job (its overrides after --) for --steps steps as stock verl and as halves with the overlaps "
+        "off, each in its own folder under --out, then advise from what they measured.",
+    )
+    profile.add_argument(
+        "--steps", type=int, default=None, help=f"Training steps per run (default {DEFAULT_STEPS}; step 1 is left out)."
+    )
+    profile.add_argument("--out", default=None, help=f"Folder of the runs (default ./{DEFAULT_OUT}).")
+    profile.add_argument(
+        "--cpu",
+        action="store_true",
+        help="Run verl-split's CPU dry run (VERL_SPLIT_CPU=1, the tiny model and data) on --n-gpus-per-node logical "
+        "GPUs, no GPU needed; the overrides after -- change the tiny job. Without it, set VERL_SPLIT_CPU=1 to run "
+        "your own job on CPU.",
+    )
+    profile.add_argument(
+        "--assets", default=None, help="With --cpu: cache folder of the tiny assets (default OUT/assets)."
+    )
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Flags that make no sense together: AdviseError with what to do instead."""
+    from verl_split.advise.runs import AdviseError
+
+    if args.profile:
+        return
+    given = [flag for flag, value in (("--steps", args.steps), ("--out", args.out), ("--assets", args.assets)) if value]
+    given += ["--cpu"] if args.cpu else []
+    if given:
+        raise AdviseError(f"{', '.join(given)} only with --profile (which runs the job); add --profile or drop them.")
+    if not args.runs:
+        raise AdviseError(
+            "no run given: pass one or more metrics files (RUN.jsonl) written by verl's file logger, "
+            "or --profile -- <the job's hydra overrides> to run the job first."
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,8 +96,15 @@ def run(args: argparse.Namespace) -> int:
     from verl_split.placement import Cluster
 
     try:
+        check_arguments(args)
         cluster = Cluster(nnodes=args.nnodes, n_gpus_per_node=args.n_gpus_per_node)
-        advice = advise(args.runs, cluster, rollout_tp=args.rollout_tp)
+        if args.profile:
+            code, paths, rollout_tp = _profile(args, cluster)
+            if code:
+                return code
+        else:
+            paths, rollout_tp = args.runs, args.rollout_tp or 1
+        advice = advise(paths, cluster, rollout_tp=rollout_tp)
     except VerlSplitError as exc:
         print(f"verl-split advise: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -51,6 +114,12 @@ def run(args: argparse.Namespace) -> int:
         from verl_split.advise.render import render_text
 
         print(render_text(advice))
+        if args.profile:
+            files = " ".join(str(path) for path in paths)
+            print(
+                f"advise again from these runs: verl-split advise {files} --nnodes {args.nnodes} "
+                f"--n-gpus-per-node {args.n_gpus_per_node}"
+            )
     if args.plot:
         from verl_split.advise.render import plot_candidates
 
@@ -62,3 +131,25 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"plot: {args.plot}")
     return 0
+
+
+def _profile(args: argparse.Namespace, cluster: Cluster) -> tuple[int, list[Path], int]:
+    """Check, then run the profile; (exit code, metrics files, rollout replica GPUs)."""
+    from verl_split.advise import profile
+
+    plan = profile.prepare(
+        args.runs,
+        cluster,
+        steps=DEFAULT_STEPS if args.steps is None else args.steps,
+        out=args.out or DEFAULT_OUT,
+        cpu=args.cpu,
+        assets=args.assets,
+        rollout_tp=args.rollout_tp,
+    )
+    # With --json, stdout is the JSON alone: progress goes to stderr.
+    try:
+        paths = profile.run_profile(plan, sys.stderr if args.json else sys.stdout)
+    except profile.ProfileRunFailed as exc:
+        print(f"verl-split advise: {exc}", file=sys.stderr)
+        return EXIT_RUN_FAILED, [], plan.rollout_tp
+    return 0, paths, plan.rollout_tp
