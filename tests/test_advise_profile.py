@@ -183,3 +183,12 @@ def test_a_failed_run_prints_the_end_of_its_log_and_exits_1(tmp_path, capsys, mo
     assert err.splitlines()[-1] == (
         f"verl-split advise: halves, overlaps off: verl exited with status 3; its whole output: {log}"
     )
+
+
+def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_logged", interrupted)
+    code, _, err = advise(capsys, "--profile", *CLUSTER, "--out", str(tmp_path), "--", *JOB)
+    assert code == 130 and err == f"verl-split advise: interrupted; the runs so far are in {tmp_path}\n"

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 EXIT_BAD_INPUT = 2
 EXIT_RUN_FAILED = 1
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,4 +153,7 @@ def _profile(args: argparse.Namespace, cluster: Cluster) -> tuple[int, list[Path
     except profile.ProfileRunFailed as exc:
         print(f"verl-split advise: {exc}", file=sys.stderr)
         return EXIT_RUN_FAILED, [], plan.rollout_tp
+    except KeyboardInterrupt:  # run_logged has stopped the run's whole process group
+        print(f"verl-split advise: interrupted; the runs so far are in {plan.out}", file=sys.stderr)
+        return EXIT_INTERRUPTED, [], plan.rollout_tp
     return 0, paths, plan.rollout_tp
