@@ -16,7 +16,7 @@ Generation, the same on every layout, is most of the tiny job's step, so the err
 is shown too.
 Tables show every repetition and min / median / max. Run from the repository root on an idle machine:
 
-    .venv/bin/python benchmarks/advise_check.py --json benchmarks/advise_check.json   # ~10 min on 2 cores
+    .venv/bin/python benchmarks/advise_check.py --json benchmarks/advise_check.json   # ~6 min on 2 cores
 
 Extra hydra overrides for the tiny job go after ``--`` (they reach the profile and the check runs alike).
 """
