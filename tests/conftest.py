@@ -10,8 +10,6 @@ per-step metrics verl's ``file`` logger wrote.
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +19,8 @@ import pytest
 
 from verl_split.assets import TinyAssets, make_tiny_assets
 from verl_split.dry_run import run_environment
+from verl_split.proc_memory import TreeMemorySampler
 from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
-
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @pytest.fixture(scope="session")
@@ -56,63 +53,6 @@ class PPORun:
         assert all(math.isfinite(v) for v in values), f"{key} not finite: {values}"
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, ()))
-    return tree
-
-
-def _memory(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of one process in bytes; (0, 0) once it is gone."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            rss = int(f.read().split()[1]) * _PAGE
-        pss = rss
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    pss = int(line.split()[1]) * 1024
-                    break
-        return rss, pss
-    except (OSError, ValueError, IndexError):
-        return 0, 0
-
-
-class _TreeMemorySampler(threading.Thread):
-    """Sample the summed RSS and PSS of a process and all its descendants."""
-
-    def __init__(self, pid: int, interval: float = 0.25) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
-        self.peak_rss = self.peak_pss = 0
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            usage = [_memory(p) for p in _descendants(self.pid)]
-            self.peak_rss = max(self.peak_rss, sum(r for r, _ in usage))
-            self.peak_pss = max(self.peak_pss, sum(p for _, p in usage))
-            self._halt.wait(self.interval)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
-
-
 def run_main_ppo(
     overrides: Sequence[str],
     out_dir: Path,
@@ -120,10 +60,10 @@ def run_main_ppo(
     timeout: float = 600,
 ) -> PPORun:
     """Run ``python -m verl.trainer.main_ppo`` with ``overrides`` on CPU and collect what it did."""
-    samplers: list[_TreeMemorySampler] = []
+    samplers: list[TreeMemorySampler] = []
 
     def sample_memory(pid: int) -> None:
-        samplers.append(_TreeMemorySampler(pid))
+        samplers.append(TreeMemorySampler(pid))
         samplers[-1].start()
 
     metrics_path = out_dir / METRICS_FILE
