@@ -10,13 +10,12 @@ launching process, in the TaskRunner and in the workers.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from verl_split.runner import METRICS_FILE, read_metrics
+from verl_split.runner import METRICS_FILE, read_metrics, run_logged
 
 pytestmark = pytest.mark.e2e
 
@@ -37,20 +36,11 @@ def test_main_ppo_split_switches_itself_on_and_overlaps(tiny_assets, tmp_path):
         VERL_SPLIT_CPU="1",
     )
     log_path = tmp_path / "run_tiny_cpu.log"
-    with open(log_path, "w") as log:
-        # Its own process group, so that a timeout ends Ray and every worker with it.
-        proc = subprocess.Popen(
-            ["bash", str(EXAMPLE / "run_tiny_cpu.sh")],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            returncode = proc.wait(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            returncode = proc.wait()
+    # Its own process group, killed whole on a timeout, so Ray and every worker end with it.
+    done = run_logged(
+        ["bash", str(EXAMPLE / "run_tiny_cpu.sh")], env, tmp_path, log_path, out / METRICS_FILE, timeout=TIMEOUT_S
+    )
+    returncode = done.returncode
     text = log_path.read_text(errors="replace")
     assert returncode == 0, f"run_tiny_cpu.sh exited with {returncode}:\n{text[-6000:]}"
 
