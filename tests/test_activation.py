@@ -124,13 +124,13 @@ print(json.dumps({"modules": mods, "wrapt": "wrapt" in sys.modules}))
     assert result == {"modules": UNSET_MODULES, "wrapt": False}
 
 
-@pytest.mark.parametrize("value", ["0", "false", "No", "off", ""])
+@pytest.mark.parametrize("value", ["0", ""])  # every spelling: test_settings.py
 def test_off_values_mean_stock(value, stock):
     fp = run_json(FINGERPRINT + "import verl\nprint(json.dumps(without_ids(fingerprint())))", env={"VERL_SPLIT": value})
     assert fp == stock
 
 
-@pytest.mark.parametrize("value", ["1", "true", "YES", "On"])
+@pytest.mark.parametrize("value", ["1", "YES"])
 def test_set_patches_every_seam_when_verl_is_imported(value, stock):
     result = run_json(
         FINGERPRINT

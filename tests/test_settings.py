@@ -38,6 +38,16 @@ def test_a_switch_must_hold_an_on_off_value(name):
         settings.read({name: "maybe"})
 
 
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [(v, True) for v in ("1", "true", "YES", "On")] + [(v, False) for v in ("0", "false", "No", "off", "")],
+)
+def test_every_spelling_of_the_switch(value, on):
+    # Every accepted spelling, in any case; test_activation.py checks two of each through `import verl`.
+    assert settings.read({"VERL_SPLIT": value}).enabled is on
+    assert settings.read({"VERL_SPLIT_CPU": value}).cpu is on
+
+
 def test_on_validates_every_value():
     with pytest.raises(SettingsError, match="VERL_SPLIT_OVERLAP='maybe'"):
         settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_OVERLAP": "maybe"})
