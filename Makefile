@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast test-unit lint test-oldest test-all-families
+.PHONY: demo test test-extended test-fast test-unit lint test-oldest test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(BIN)/verl-split
 
 test-fast: $(BIN)/verl-split
 	$(BIN)/python -m pytest -m "not e2e"
+
+# Everything, the `extended` runs included (longer runs whose coverage the default suite has elsewhere).
+test-extended: $(BIN)/verl-split
+	$(BIN)/python -m pytest --extended
 
 # Tests that start no process, no Ray and no verl trainer (pytest's `unit` marker): under a minute.
 test-unit: $(BIN)/verl-split

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole suite on every verl family that has constraints/verl-FAMILY.txt, one after the
+# Run the whole suite (the `extended` tests included) on every verl family that has constraints/verl-FAMILY.txt, one after the
 # other (the suite is CPU-heavy), each in .venvs/verl-FAMILY; print a time per family at the end.
 #   scripts/test-all-families.sh              # every family
 #   scripts/test-all-families.sh 0.7 0.8 -x   # some families; arguments after them go to pytest
@@ -12,7 +12,7 @@ summary=() status=0
 for family in "${families[@]}"; do
     echo "=== verl $family"
     start=$SECONDS
-    if scripts/family-env.sh "$family" && ".venvs/verl-$family/bin/python" -m pytest "$@"; then
+    if scripts/family-env.sh "$family" && ".venvs/verl-$family/bin/python" -m pytest --extended "$@"; then
         result=passed
     else
         result=FAILED status=1

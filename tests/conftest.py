@@ -23,6 +23,25 @@ from verl_split.proc_memory import TreeMemorySampler
 from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--extended",
+        action="store_true",
+        help="also run the tests marked `extended` (make test-extended, scripts/test-all-families.sh)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `extended` runs repeat what the default suite already shows on another family, trainer or fault
+    # kind; CI leaves them out to stay within its time budget.
+    if config.getoption("--extended"):
+        return
+    skip = pytest.mark.skip(reason="extended: its coverage is in the default suite; run with --extended")
+    for item in items:
+        if "extended" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> TinyAssets:
     """The tiny model, tokenizer, data set and reward function, made once per pytest run."""

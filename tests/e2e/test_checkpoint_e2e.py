@@ -84,7 +84,9 @@ def _weights(ckpt_dir: Path, role: str) -> dict[str, torch.Tensor]:
     return weights
 
 
-TRAINERS = ["v0"] + (["v1"] if FAMILY in V1_FAMILIES else [])
+#: RayPPOTrainer's bit-for-bit resume is in CI on 0.7 (the oldest family's subset); on a family with the v1
+#: trainer, CI runs v1 and leaves v0 to --extended.
+TRAINERS = [pytest.param("v0", marks=pytest.mark.extended), "v1"] if FAMILY in V1_FAMILIES else ["v0"]
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)

@@ -247,8 +247,19 @@ def test_grpo_without_critic(tiny_assets, tmp_path):
     ("fault", "role", "message"),
     [
         ("SLOW_UPDATES_FAIL", "critic", "the critic update failed on resource pool 'critic_pool'"),
-        ("SLOW_UPDATES_KILL", "actor", "the actor update failed on resource pool 'actor_rollout_ref_pool'"),
-        ("SLOW_PREP_FAIL", "critic", "the critic's values failed on resource pool 'critic_pool'"),
+        # Each lane and each kind of fault in the default suite; the other two combinations: --extended.
+        pytest.param(
+            "SLOW_UPDATES_KILL",
+            "actor",
+            "the actor update failed on resource pool 'actor_rollout_ref_pool'",
+            marks=pytest.mark.extended,
+        ),
+        pytest.param(
+            "SLOW_PREP_FAIL",
+            "critic",
+            "the critic's values failed on resource pool 'critic_pool'",
+            marks=pytest.mark.extended,
+        ),
         ("SLOW_PREP_KILL", "actor", "the actor's old_log_prob failed on resource pool 'actor_rollout_ref_pool'"),
     ],
 )
