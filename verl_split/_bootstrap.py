@@ -9,8 +9,29 @@ are read once here and frozen for the run (``settings.current()``).
 
 from __future__ import annotations
 
+import sys
+
 from verl_split import settings
 from verl_split.errors import VerlSplitError, activation_failed
+
+
+def _importer() -> str:
+    """Who runs this import: ``"verl"`` (its plugin loader), ``"startup"`` (``_startup``) or ``"other"``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        # verl's entry-point loop and VERL_USE_EXTERNAL_MODULES run inside verl/__init__.py; the
+        # start-up hook imports this module after verl/__init__.py has returned.
+        name = frame.f_globals.get("__name__")
+        if name == "verl":
+            return "verl"
+        if name == "verl_split._startup":
+            return "startup"
+        frame = frame.f_back
+    return "other"
+
+
+#: How this process loaded verl-split (``patches.loaded_by`` words it for ``verl-split doctor``).
+IMPORTED_BY = _importer()
 
 
 def activate_from_environment() -> bool:
