@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from verl_split import __version__, compat, settings
+from verl_split import __version__, compat, patches, settings
 from verl_split.errors import ActivationFailed, VerlSplitError
 
 
@@ -36,6 +36,8 @@ def collect_report() -> dict[str, Any]:
         "features": [],
         "patches": [],
         "pending_patches": [],
+        "verl_patches": {},  # patches/ in this verl: name -> built in / patched / yes / no
+        "loaded_by": None,  # who imported verl-split's bootstrap in this process
         "problems": [],
     }
     try:
@@ -65,6 +67,8 @@ def collect_report() -> dict[str, Any]:
         report["features"] = activation.active_features()
         report["patches"] = activation.applied_patches()
         report["pending_patches"] = activation.pending_patches()
+        report["loaded_by"] = patches.loaded_by()
+        report["verl_patches"] = patches.report()
     except ActivationFailed as exc:
         report["problems"].append(str(exc.code))
         return report
@@ -106,6 +110,13 @@ def _report_in_ray_worker() -> dict[str, Any]:
             ray.shutdown()
 
 
+_PATCH_NOTES = {
+    (patches.PLUGIN_LOADER, "built in"): "verl 0.9+ loads verl.plugins entry points",
+    (patches.PLUGIN_LOADER, "patched"): "this verl loads verl.plugins entry points: no start-up file needed",
+    (patches.PLUGIN_LOADER, "no"): "verl-split loads through its start-up file",
+}
+
+
 def _print_text(report: dict[str, Any], where: str) -> None:
     yes_no = {True: "yes", False: "no"}
     print(f"[{where}, pid {report['pid']}]")
@@ -118,6 +129,13 @@ def _print_text(report: dict[str, Any], where: str) -> None:
     print(f"  patches applied   {', '.join(report['patches']) or '-'}")
     if report["pending_patches"]:
         print(f"  patches pending   {', '.join(report['pending_patches'])}")
+    if report["loaded_by"]:
+        print(f"  loaded by         {report['loaded_by']}")
+    # The source patches of patches/ (patches/README.md), as this verl's code shows them.
+    for index, (name, state) in enumerate(report.get("verl_patches", {}).items()):
+        note = _PATCH_NOTES.get((name, state), "")
+        label = "verl patches" if index == 0 else ""
+        print(f"  {label:<17} {name}: {state}" + (f" ({note})" if note else ""))
     for problem in report["problems"]:
         print(f"  problem           {problem}")
 
