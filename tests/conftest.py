@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="extended: its coverage is in the default suite; run with --extended")
     for item in items:
-        if "extended" in item.keywords:
+        if item.get_closest_marker("extended") is not None:
             item.add_marker(skip)
 
 
