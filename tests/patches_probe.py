@@ -1,0 +1,158 @@
+"""Run by tests/test_patches.py in a fresh interpreter whose ``verl`` is an unpacked (and maybe patched) sdist.
+
+``python patches_probe.py '<json>'`` with ``tree``, ``family``, ``ray_address`` and ``assets`` (the tiny model
+of ``verl_split.assets``, for a config verl's dataclasses accept) prints one JSON line: what verl's per-node
+check said to resource pool specs on the two-node test cluster, and what its batch check said to split
+layouts, called directly and through the TaskRunner (``init_resource_pool_mgr``) that builds the pools.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+
+ARGS = json.loads(sys.argv[1])
+
+#: Resource pool specs against the test cluster's nodes of 4 and 2 GPUs (6 in all).
+SPECS = {
+    "3+3 (verl issue 2596)": {"global_pool": [3, 3]},
+    "5 on one node": {"actor_rollout_ref_pool": [5]},
+    "4 + 2 in two pools": {"actor_rollout_ref_pool": [4], "critic_pool": [2]},
+    "4+2": {"global_pool": [4, 2]},
+}
+
+
+def outcome(call) -> dict:
+    start = time.monotonic()
+    try:
+        call()
+        error = None
+    except (AssertionError, ValueError, TypeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return {"error": error, "seconds": round(time.monotonic() - start, 3)}
+
+
+def per_node_fit() -> dict:
+    import ray
+    from verl.single_controller.ray.base import ResourcePoolManager
+
+    ray.init(address=ARGS["ray_address"], log_to_driver=False)
+    try:
+        nodes = [
+            [n["NodeID"], n["NodeManagerAddress"], n["Resources"].get("GPU", 0)] for n in ray.nodes() if n["Alive"]
+        ]
+        results = {
+            name: outcome(ResourcePoolManager(resource_pool_spec=spec, mapping={}).create_resource_pool)
+            for name, spec in SPECS.items()
+        }
+    finally:
+        ray.shutdown()
+    return {"nodes": nodes, "specs": results}
+
+
+def config():
+    from hydra import compose, initialize_config_dir
+
+    from verl_split.assets import TinyAssets
+    from verl_split.dry_run import dry_run_overrides
+
+    assets = TinyAssets(**ARGS["assets"])
+    overrides = dry_run_overrides(assets, n_gpus_per_node=8, family=ARGS["family"])  # one node of 8 GPUs, GAE
+    with initialize_config_dir(config_dir=f"{ARGS['tree']}/verl/trainer/config", version_base=None):
+        return compose("ppo_trainer", overrides=overrides)
+
+
+def with_batch(cfg, size: int):
+    cfg = copy.deepcopy(cfg)
+    cfg.data.train_batch_size = size
+    cfg.actor_rollout_ref.actor.ppo_mini_batch_size = size
+    cfg.critic.ppo_mini_batch_size = size
+    for section in (cfg.actor_rollout_ref.actor, cfg.critic):
+        section.ppo_micro_batch_size_per_gpu = 1
+    return cfg
+
+
+def batch_check(cfg) -> dict:
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    def check(size: int, **pools):
+        batch_cfg = with_batch(cfg, size)
+        return outcome(
+            lambda: validate_config(batch_cfg, need_reference_policy(batch_cfg), need_critic(batch_cfg), **pools)
+        )
+
+    return {
+        "batch 6, all 8 GPUs": check(6),
+        "batch 8, all 8 GPUs": check(8),
+        "batch 6, actor 6 + critic 2": check(6, actor_n_gpus=6, critic_n_gpus=2),
+        "batch 8, actor 6 + critic 2": check(8, actor_n_gpus=6, critic_n_gpus=2),
+        "batch 8, actor 4 + critic 3": check(8, actor_n_gpus=4, critic_n_gpus=3),
+    }
+
+
+class _Validated(Exception):
+    """Raised after validate_config returned: the TaskRunner need not load a model."""
+
+
+def task_runner_class():
+    """verl's TaskRunner class as a plain class (0.9's is a Ray actor class), and its module."""
+    if ARGS["family"] == "0.9":
+        from verl.trainer import main_ppo_v0 as module
+
+        return module.TaskRunner.__ray_metadata__.modified_class, module
+    from verl.trainer import main_ppo as module
+
+    return module.TaskRunner, module
+
+
+def task_runner(cfg) -> dict:
+    """The batch check as the TaskRunner runs it: stock pools, then a TaskRunner that splits 6 + 2."""
+    from verl.trainer.ppo.ray_trainer import Role
+
+    base, module = task_runner_class()
+    real = module.validate_config
+
+    def validate_then_stop(**kwargs):
+        real(**kwargs)
+        raise _Validated
+
+    module.validate_config = validate_then_stop
+
+    class SplitTaskRunner(base):
+        def init_resource_pool_mgr(self, config):
+            manager = super().init_resource_pool_mgr(config)
+            manager.resource_pool_spec = {"actor_pool": [6], "critic_pool": [2]}
+            for role in manager.mapping:
+                manager.mapping[role] = "critic_pool" if role == Role.Critic else "actor_pool"
+            return manager
+
+    def run(runner_class, size):
+        def call():
+            try:
+                runner_class().run(with_batch(cfg, size))
+            except _Validated:
+                return
+            raise AssertionError("TaskRunner.run went past validate_config")
+
+        return outcome(call)
+
+    return {
+        "batch 6, stock TaskRunner": run(base, 6),
+        "batch 6, TaskRunner split 6 + 2": run(SplitTaskRunner, 6),
+        "batch 8, TaskRunner split 6 + 2": run(SplitTaskRunner, 8),
+    }
+
+
+def main() -> None:
+    result = {"per_node_fit": per_node_fit()}
+    cfg = config()
+    result["batch_check"] = batch_check(cfg)
+    result["task_runner"] = task_runner(cfg)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
