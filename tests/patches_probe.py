@@ -4,6 +4,7 @@
 of ``verl_split.assets``, for a config verl's dataclasses accept) prints one JSON line: what verl's per-node
 check said to resource pool specs on the two-node test cluster, and what its batch check said to split
 layouts, called directly and through the TaskRunner (``init_resource_pool_mgr``) that builds the pools.
+With ``"mode": "verl-split"`` (and VERL_SPLIT set) only the stock TaskRunner runs, with verl-split's pools.
 """
 
 from __future__ import annotations
@@ -146,7 +147,37 @@ def task_runner(cfg) -> dict:
     }
 
 
+def verl_split_task_runner(cfg) -> dict:
+    """The stock TaskRunner of verl 0.9's legacy trainer, whose init_resource_pool_mgr verl-split wraps."""
+    cfg.trainer.use_v1 = False
+    base, module = task_runner_class()
+    real = module.validate_config
+    seen = {}
+
+    def validate_then_stop(**kwargs):
+        seen.update(actor_n_gpus=kwargs.get("actor_n_gpus"), critic_n_gpus=kwargs.get("critic_n_gpus"))
+        real(**kwargs)
+        raise _Validated
+
+    module.validate_config = validate_then_stop
+
+    def run(size):
+        def call():
+            try:
+                base().run(with_batch(cfg, size))
+            except _Validated:
+                return
+            raise AssertionError("TaskRunner.run went past validate_config")
+
+        return outcome(call)
+
+    return {"batch 6": run(6), "batch 8": run(8), "pools": seen}
+
+
 def main() -> None:
+    if ARGS.get("mode") == "verl-split":
+        print(json.dumps(verl_split_task_runner(config())))
+        return
     result = {"per_node_fit": per_node_fit()}
     cfg = config()
     result["batch_check"] = batch_check(cfg)

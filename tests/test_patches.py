@@ -347,6 +347,25 @@ def test_the_batch_check_follows_the_pool_of_each_role(release, probe):
     assert BATCH_8_ON_6 in runner["batch 8, TaskRunner split 6 + 2"]["error"]
 
 
+def test_verl_splits_own_pools_reach_the_batch_check_of_the_0_9_legacy_trainer(trees, tiny_assets):
+    # verl-split wraps main_ppo_v0's init_resource_pool_mgr, which the patched TaskRunner now calls before
+    # validating. (On 0.7/0.8 verl-split lays out its pools later, in RayPPOTrainer's constructor, and verl
+    # 0.9's v1 trainer is validated by main() before any pool exists: patches/README.md.)
+    args = {"tree": str(trees["0.9.1"]), "family": "0.9", "assets": tiny_assets.to_json(), "mode": "verl-split"}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "patches_probe.py"), json.dumps(args)],
+        env=clean_env({"PYTHONPATH": str(trees["0.9.1"]), "VERL_SPLIT": "1", "VERL_SPLIT_PLACEMENT": "6:2"}),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-5000:]}"
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["pools"] == {"actor_n_gpus": 6, "critic_n_gpus": 2}
+    assert seen["batch 6"]["error"] is None
+    assert BATCH_8_ON_6 in seen["batch 8"]["error"]
+
+
 @pytest.mark.ray
 def test_unpatched_verl_waits_for_what_no_node_holds_and_rejects_the_valid_split(probe):
     seen = probe("control")
