@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
+import pytest
 from pyrun import clean_env
 
 # What a fresh `pip install verl==0.7.1` got: pyarrow 26 built for numpy 2 beside verl's numpy<2.
@@ -42,3 +44,62 @@ def test_unimportable_verl_with_verl_split_on_is_reported_too(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "`import verl` fails (ImportError" in proc.stdout
+
+
+# The source patches of patches/ (tests/test_patches.py runs them on real, patched verl trees).
+
+
+@pytest.mark.unit
+def test_doctor_text_shows_the_patches_and_who_loaded_verl_split(capsys):
+    from verl_split import doctor, patches
+
+    report = {
+        "pid": 1,
+        "verl_split_version": "0",
+        "verl_version": "0.7.1",
+        "supported_verl": "0.7.x",
+        "ray_version": "2",
+        "supported": True,
+        "active": True,
+        "features": ["split"],
+        "patches": [],
+        "pending_patches": [],
+        "loaded_by": patches.BY_VERL,
+        "verl_patches": {patches.PLUGIN_LOADER: "patched", patches.PER_NODE_FIT: "yes", patches.BATCH_PER_POOL: "no"},
+        "problems": [],
+    }
+    doctor._print_text(report, "this process")
+    lines = capsys.readouterr().out.splitlines()
+    assert f"  loaded by         {patches.BY_VERL}" in lines
+    assert (
+        "  verl patches      plugin-entry-points: patched (this verl loads verl.plugins entry points: "
+        "no start-up file needed)" in lines
+    )
+    assert "                    per-node-fit: yes" in lines and "                    batch-per-pool: no" in lines
+
+
+@pytest.mark.unit
+def test_the_loader_is_told_by_feature_when_the_version_says_no(monkeypatch):
+    from verl_split import compat, patches
+
+    monkeypatch.setattr(compat, "has_entry_points", lambda: False)  # a 0.7/0.8 distribution
+    patched, stock = types.ModuleType("verl"), types.ModuleType("verl")
+    patched._plugins_policy = "auto"  # what verl 0.9's loader (and the backport) leaves behind
+    assert patches.loads_entry_points(patched) and not patches.loads_entry_points(stock)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("imported_by", "expected"),
+    [("verl", "BY_VERL"), ("startup", "BY_STARTUP_HOOK"), ("other", "BY_OTHER"), (None, None)],
+)
+def test_loaded_by_names_who_imported_the_bootstrap(monkeypatch, imported_by, expected):
+    from verl_split import patches
+
+    if imported_by is None:
+        monkeypatch.delitem(sys.modules, "verl_split._bootstrap", raising=False)
+    else:
+        bootstrap = types.ModuleType("verl_split._bootstrap")
+        bootstrap.IMPORTED_BY = imported_by
+        monkeypatch.setitem(sys.modules, "verl_split._bootstrap", bootstrap)
+    assert patches.loaded_by() == (getattr(patches, expected) if expected else None)
