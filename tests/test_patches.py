@@ -231,13 +231,34 @@ needs_startup_file = pytest.mark.skipif(
 )
 
 
+# The activation probe, then `verl-split doctor`'s report of the same process, as text.
+ACTIVATION_AND_DOCTOR = ACTIVATION.replace(
+    "print(json.dumps(",
+    "from verl_split import doctor\ndoctor._print_text(doctor.collect_report(), 'this process')\nprint(json.dumps(",
+)
+
+
 @needs_startup_file
-def test_startup_hook_stays_out_of_the_way_of_the_patched_loader(trees):
+def test_startup_hook_stays_out_of_the_way_and_doctor_sees_the_patched_loader(trees):
     # 0.7.1 stands for 0.8.0 too: their loader patches add the same block to the same verl/__init__.py.
-    seen = run_json_in(trees["0.7.1"], ACTIVATION, {"VERL_SPLIT": "1"})
+    release = "0.7.1"
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(ACTIVATION_AND_DOCTOR)],
+        env=clean_env({"PYTHONPATH": str(trees[release]), "VERL_SPLIT": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["startup_hook"]  # the start-up file ran and put its finder before verl ...
     assert seen["active"] and seen["activations"] == 1
     assert seen["loaded_by"] == patches.BY_VERL  # ... and verl's loader, not the hook, loaded verl-split
+    lines = [line.strip() for line in proc.stdout.splitlines()]
+    assert f"verl              {release}  (supported: 0.7.x, 0.8.x, 0.9.x)" in lines
+    assert f"loaded by         {patches.BY_VERL}" in lines
+    assert any(line.startswith(f"verl patches      {patches.PLUGIN_LOADER}: patched (") for line in lines)
+    assert f"{patches.PER_NODE_FIT}: yes" in lines and f"{patches.BATCH_PER_POOL}: yes" in lines
 
 
 @needs_startup_file
@@ -245,25 +266,6 @@ def test_patched_loader_policy_is_honoured_as_on_verl_0_9(trees):
     # Before the loader patch the start-up hook loaded verl-split whatever VERL_USE_EXTERNAL_PLUGINS said.
     seen = run_json_in(trees["0.7.1"], ACTIVATION, {"VERL_SPLIT": "1", "VERL_USE_EXTERNAL_PLUGINS": "none"})
     assert seen["startup_hook"] and not seen["active"] and seen["activations"] == 0
-
-
-@needs_startup_file
-def test_doctor_says_it_sees_the_patched_loader(trees):
-    # What doctor finds is checked per release above (patches.report); this is its text, on 0.7.1.
-    release = "0.7.1"
-    proc = subprocess.run(
-        [sys.executable, "-m", "verl_split.cli", "doctor"],
-        env=clean_env({"PYTHONPATH": str(trees[release]), "VERL_SPLIT": "1"}),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    lines = [line.strip() for line in proc.stdout.splitlines()]
-    assert f"verl              {release}  (supported: 0.7.x, 0.8.x, 0.9.x)" in lines
-    assert f"loaded by         {patches.BY_VERL}" in lines
-    assert any(line.startswith(f"verl patches      {patches.PLUGIN_LOADER}: patched (") for line in lines)
-    assert f"{patches.PER_NODE_FIT}: yes" in lines and f"{patches.BATCH_PER_POOL}: yes" in lines
 
 
 # ----------------------------------------------------------------- per-node fit and the batch check
