@@ -36,10 +36,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # kind; CI leaves them out to stay within its time budget.
     if config.getoption("--extended"):
         return
-    skip = pytest.mark.skip(reason="extended: its coverage is in the default suite; run with --extended")
     for item in items:
-        if item.get_closest_marker("extended") is not None:
-            item.add_marker(skip)
+        mark = item.get_closest_marker("extended")
+        if mark is not None:
+            why = mark.kwargs.get("reason", "its coverage is in the default suite")
+            item.add_marker(pytest.mark.skip(reason=f"extended ({why}); run with --extended"))
 
 
 @pytest.fixture(scope="session")

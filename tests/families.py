@@ -17,3 +17,11 @@ DEFAULT_TRAINER = default_trainer(FAMILY) if FAMILY in compat.SUPPORTED_FAMILIES
 def only_on(family: str, why: str) -> pytest.MarkDecorator:
     """Skip unless the installed verl is of ``family``; ``why`` says what ties the test to it."""
     return pytest.mark.skipif(family != FAMILY, reason=f"verl {VERSION} is not of family {family}: {why}")
+
+
+def extended_on(families: tuple[str, ...], why: str):
+    """Mark a test ``extended`` (left out of CI, run with --extended) on these families only; ``why`` names
+    where the default suite shows the same on them."""
+    if FAMILY in families:
+        return pytest.mark.extended(reason=why)
+    return lambda test: test

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import PPORun, run_main_ppo
-from families import DEFAULT_TRAINER
+from families import DEFAULT_TRAINER, extended_on
 
 from verl_split.dry_run import dry_run_overrides
 
@@ -208,6 +208,7 @@ def test_overlap_changes_no_numbers(overlapped_and_sequential):
         assert_same_numbers(*runs["overlap"], *runs[other], tolerance=tolerance, weight_tolerance=weight_tolerance)
 
 
+@extended_on(("0.7", "0.8"), "RayPPOTrainer is the default there: the module's runs overlap and keep numbers on it")
 def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, tmp_path_factory):
     """Legacy trainer: step 1 is critic warm-up (critic only), steps 2-3 overlap their updates,
     every step its preparation; and the same job without overlap gives bit-for-bit the same
