@@ -11,7 +11,9 @@ import pytest
 
 from verl_split.runner import METRICS_FILE, read_metrics
 
-pytestmark = pytest.mark.e2e
+#: Two real runs: CI has advise on real runs through the demo's (test_demo_e2e.py) and --profile's
+#: orchestration in the unit tests (test_advise_profile.py, a fake runner); this end-to-end run is extended.
+pytestmark = [pytest.mark.e2e, pytest.mark.extended(reason="advise on real runs: test_demo_e2e.py")]
 
 STEPS = 2
 TIMEOUT_S = 600  # two runs of about a minute each on 2 cores

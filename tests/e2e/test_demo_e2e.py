@@ -1,11 +1,13 @@
 """``verl-split demo --compare`` as ``make demo`` runs it: three real main_ppo runs on CPU, a short console.
 
 The same job as stock verl, split with overlaps off and split with overlaps on; what it prints (progress,
-the per-phase table, the update table) and what it leaves in OUT (three metrics files, three logs, two plots).
+the per-phase table, the update table) and what it leaves in OUT (three metrics files, three logs, two plots);
+then ``verl-split advise`` on two of those real runs, as the README shows it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,13 +22,19 @@ STEPS = 2
 TIMEOUT_S = 1200  # three runs of about a minute each on 2 busy cores
 
 
-def test_demo_compare_runs_three_ways_and_keeps_the_console_short(tiny_assets, tmp_path):
-    out = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo(tiny_assets, tmp_path_factory):
+    """``VERL_SPLIT=1 verl-split demo --compare``, once for the module: (OUT, the finished process)."""
+    out = tmp_path_factory.mktemp("demo")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
     env["VERL_SPLIT"] = "1"  # as `make demo` sets it
     command = [sys.executable, "-m", "verl_split.cli", "demo", "--compare", "--steps", str(STEPS)]
     command += ["--out", str(out), "--assets", str(tiny_assets.root)]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    return out, subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def test_demo_compare_runs_three_ways_and_keeps_the_console_short(demo):
+    out, proc = demo
     console = proc.stdout + proc.stderr
     assert proc.returncode == 0, console[-6000:]
 
@@ -47,3 +55,17 @@ def test_demo_compare_runs_three_ways_and_keeps_the_console_short(tiny_assets, t
         assert f"{tag}: step {STEPS}/{STEPS} " in console, tag
     assert "ray init kwargs" not in console  # verl's own output stays in the logs
     assert len(lines) < 100, console
+
+
+def test_advise_reads_the_demos_real_runs(demo):
+    """advise from real verl metrics: stock and split with the overlaps off, the two runs --profile makes
+    (the --profile run itself: test_advise_e2e.py, extended). The demo's runs: no training of its own."""
+    out, proc = demo
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    command = [sys.executable, "-m", "verl_split.cli", "advise", str(out / "stock" / METRICS_FILE)]
+    command += [str(out / "sequential" / METRICS_FILE), "--nnodes", "1", "--n-gpus-per-node", "2", "--json"]
+    advised = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert advised.returncode == 0, advised.stderr
+    advice = json.loads(advised.stdout)
+    assert {c["placement"] for c in advice["candidates"]} >= {"all", "halves"}
+    assert advice["recommended"]
