@@ -37,3 +37,15 @@ def run_json(code: str, env: Mapping[str, str] | None = None, timeout: float = 1
     proc = run_python(code, env, timeout)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+#: Code for a snippet's start: counts in ``calls`` how often verl-split is switched on in that process.
+COUNT_ACTIVATIONS = """
+from verl_split import activation
+calls = []
+_activate = activation.activate
+def counting(*args, **kwargs):
+    calls.append(1)
+    return _activate(*args, **kwargs)
+activation.activate = counting
+"""

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from pyrun import run_json
+from pyrun import COUNT_ACTIVATIONS, run_json
 
 from verl_split import compat
 
@@ -36,13 +36,7 @@ purelib = sysconfig.get_paths()["purelib"]
 site.addpackage(purelib, {PTH!r}, None)
 site.addpackage(purelib, {PTH!r}, None)
 finders_before = sum(type(f).__name__ == "VerlImportFinder" for f in sys.meta_path)
-from verl_split import activation
-calls = []
-_activate = activation.activate
-def counting(*args, **kwargs):
-    calls.append(1)
-    return _activate(*args, **kwargs)
-activation.activate = counting
+{COUNT_ACTIVATIONS}
 import verl
 import verl.utils.device as device
 def layers(obj):

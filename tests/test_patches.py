@@ -32,7 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from pyrun import clean_env
+from pyrun import COUNT_ACTIVATIONS, clean_env
 
 import verl_split
 from verl_split import patches
@@ -178,16 +178,13 @@ def run_json_in(tree: Path, code: str, env: dict[str, str] | None = None, *, sit
 
 
 # Counts activations (the bootstrap switches verl-split on once per process, whoever imports it).
-ACTIVATION = """
+ACTIVATION = (
+    """
 import json, sys
 from importlib import metadata
-from verl_split import activation
-calls = []
-_activate = activation.activate
-def counting(*args, **kwargs):
-    calls.append(1)
-    return _activate(*args, **kwargs)
-activation.activate = counting
+"""
+    + COUNT_ACTIVATIONS
+    + """
 import verl
 from verl_split import patches
 print(json.dumps({
@@ -200,6 +197,7 @@ print(json.dumps({
     "patches": patches.report(),
 }))
 """
+)
 
 
 @pytest.mark.parametrize("release", RELEASES)
