@@ -16,7 +16,7 @@ was 5.7e-4 after the first update and 1.0e-3 after the second (measured once, by
 from __future__ import annotations
 
 import pytest
-from families import DEFAULT_TRAINER, FAMILY, extended_on
+from families import DEFAULT_TRAINER, FAMILY
 
 from verl_split.dry_run import dry_run_overrides
 
@@ -69,7 +69,9 @@ def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     run.assert_finite("actor/kl_loss")
 
 
-@extended_on(("0.7", "0.8"), "RayPPOTrainer is the default there: test_ppo_gae_with_critic runs the same job")
+@pytest.mark.extended(
+    reason="RayPPOTrainer: before 0.9 test_ppo_gae_with_critic runs it; on 0.9 test_overlap_e2e.py's v0 runs train it"
+)
 def test_ppo_gae_legacy_trainer_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     """The same PPO through RayPPOTrainer (0.9: ``trainer.use_v1=false``; before 0.9 the only one), 2 logical GPUs."""
     out = tmp_path / "gae_v0"
