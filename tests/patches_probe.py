@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import sys
-import time
 
 ARGS = json.loads(sys.argv[1])
 
@@ -26,13 +25,12 @@ SPECS = {
 
 
 def outcome(call) -> dict:
-    start = time.monotonic()
     try:
         call()
         error = None
     except (AssertionError, ValueError, TypeError) as exc:
         error = f"{type(exc).__name__}: {exc}"
-    return {"error": error, "seconds": round(time.monotonic() - start, 3)}
+    return {"error": error}
 
 
 def per_node_fit() -> dict:
@@ -109,18 +107,39 @@ def task_runner_class():
     return module.TaskRunner, module
 
 
+def stop_after_validate(module) -> dict:
+    """The TaskRunner's ``validate_config`` runs, then stops the run (no model is loaded); returns the pool
+    sizes it was given, filled in at the call."""
+    real, seen = module.validate_config, {}
+
+    def validate_then_stop(**kwargs):
+        seen.update(actor_n_gpus=kwargs.get("actor_n_gpus"), critic_n_gpus=kwargs.get("critic_n_gpus"))
+        real(**kwargs)
+        raise _Validated
+
+    module.validate_config = validate_then_stop
+    return seen
+
+
+def run_to_validation(runner_class, cfg, size: int) -> dict:
+    """What ``runner_class().run`` says of a batch of ``size``, up to its validate_config."""
+
+    def call():
+        try:
+            runner_class().run(with_batch(cfg, size))
+        except _Validated:
+            return
+        raise AssertionError("TaskRunner.run went past validate_config")
+
+    return outcome(call)
+
+
 def task_runner(cfg) -> dict:
     """The batch check as the TaskRunner runs it: stock pools, then a TaskRunner that splits 6 + 2."""
     from verl.trainer.ppo.ray_trainer import Role
 
     base, module = task_runner_class()
-    real = module.validate_config
-
-    def validate_then_stop(**kwargs):
-        real(**kwargs)
-        raise _Validated
-
-    module.validate_config = validate_then_stop
+    stop_after_validate(module)
 
     class SplitTaskRunner(base):
         def init_resource_pool_mgr(self, config):
@@ -130,20 +149,10 @@ def task_runner(cfg) -> dict:
                 manager.mapping[role] = "critic_pool" if role == Role.Critic else "actor_pool"
             return manager
 
-    def run(runner_class, size):
-        def call():
-            try:
-                runner_class().run(with_batch(cfg, size))
-            except _Validated:
-                return
-            raise AssertionError("TaskRunner.run went past validate_config")
-
-        return outcome(call)
-
     return {
-        "batch 6, stock TaskRunner": run(base, 6),
-        "batch 6, TaskRunner split 6 + 2": run(SplitTaskRunner, 6),
-        "batch 8, TaskRunner split 6 + 2": run(SplitTaskRunner, 8),
+        "batch 6, stock TaskRunner": run_to_validation(base, cfg, 6),
+        "batch 6, TaskRunner split 6 + 2": run_to_validation(SplitTaskRunner, cfg, 6),
+        "batch 8, TaskRunner split 6 + 2": run_to_validation(SplitTaskRunner, cfg, 8),
     }
 
 
@@ -151,27 +160,8 @@ def verl_split_task_runner(cfg) -> dict:
     """The stock TaskRunner of verl 0.9's legacy trainer, whose init_resource_pool_mgr verl-split wraps."""
     cfg.trainer.use_v1 = False
     base, module = task_runner_class()
-    real = module.validate_config
-    seen = {}
-
-    def validate_then_stop(**kwargs):
-        seen.update(actor_n_gpus=kwargs.get("actor_n_gpus"), critic_n_gpus=kwargs.get("critic_n_gpus"))
-        real(**kwargs)
-        raise _Validated
-
-    module.validate_config = validate_then_stop
-
-    def run(size):
-        def call():
-            try:
-                base().run(with_batch(cfg, size))
-            except _Validated:
-                return
-            raise AssertionError("TaskRunner.run went past validate_config")
-
-        return outcome(call)
-
-    return {"batch 6": run(6), "batch 8": run(8), "pools": seen}
+    pools = stop_after_validate(module)
+    return {"batch 6": run_to_validation(base, cfg, 6), "batch 8": run_to_validation(base, cfg, 8), "pools": pools}
 
 
 def main() -> None:

@@ -40,9 +40,9 @@ def test_main_ppo_split_switches_itself_on_and_overlaps(tiny_assets, tmp_path):
     done = run_logged(
         ["bash", str(EXAMPLE / "run_tiny_cpu.sh")], env, tmp_path, log_path, out / METRICS_FILE, timeout=TIMEOUT_S
     )
-    returncode = done.returncode
     text = log_path.read_text(errors="replace")
-    assert returncode == 0, f"run_tiny_cpu.sh exited with {returncode}:\n{text[-6000:]}"
+    ended = f"timed out after {TIMEOUT_S} s" if done.timed_out else f"exited with {done.returncode}"
+    assert done.returncode == 0 and not done.timed_out, f"run_tiny_cpu.sh {ended}:\n{text[-6000:]}"
 
     # Launching process: the runtime_env seam put VERL_SPLIT into what run_ppo hands ray.init.
     ray_init = next(line for line in text.splitlines() if line.startswith("ray init kwargs:"))

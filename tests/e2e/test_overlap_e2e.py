@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import PPORun, run_main_ppo
-from families import DEFAULT_TRAINER, FAMILY, extended_on
+from families import DEFAULT_TRAINER, extended_on
 
 from verl_split.dry_run import dry_run_overrides
 
@@ -27,6 +27,9 @@ pytestmark = pytest.mark.e2e
 
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 SLEEP_S = 2.0
+#: (losses, weights) tolerance of overlap on vs off with verl's default trainer: why, in
+#: test_overlap_changes_no_numbers; bit for bit on RayPPOTrainer.
+TOLERANCE, WEIGHT_TOLERANCE = (1e-5, 1e-3) if DEFAULT_TRAINER == "v1" else (0.0, 0.0)
 
 
 def split_env(out: Path, **extra: str) -> dict[str, str]:
@@ -75,32 +78,19 @@ def run_split(tiny_assets, out: Path, steps: int, extra: list[str], trainer: str
     return run_main_ppo(overrides, out, env=split_env(out, **env))
 
 
-#: On 0.7/0.8 the updates-only run is extended: the phase list is read the same way on every family, and the
-#: runs with both overlaps and with none show each phase on RayPPOTrainer, their only trainer.
-UPDATES_ONLY_EXTENDED = ("0.7", "0.8")
+def run_three_steps(tiny_assets, out: Path, overlap: str) -> PPORun:
+    """The module's 3-step split job with injected sleeps in both phases, VERL_SPLIT_OVERLAP=``overlap``."""
+    sleeps = {"SLOW_UPDATES_SLEEP": str(SLEEP_S), "SLOW_PREP_SLEEP": str(SLEEP_S)}
+    return run_split(tiny_assets, out, steps=3, extra=["trainer.save_freq=3"], VERL_SPLIT_OVERLAP=overlap, **sleeps)
 
 
 @pytest.fixture(scope="module")
-def overlapped_and_sequential(tiny_assets, tmp_path_factory, request):
-    """The same 3-step split run three ways: every overlap (on), the updates only, none (off)."""
-    variants = [("overlap", "on"), ("updates_only", "updates"), ("sequential", "off")]
-    if FAMILY in UPDATES_ONLY_EXTENDED and not request.config.getoption("--extended"):
-        variants.remove(("updates_only", "updates"))
+def overlapped_and_sequential(tiny_assets, tmp_path_factory):
+    """The same 3-step split run two ways: every overlap (on) and none (off)."""
     runs = {}
-    for name, overlap in variants:
+    for name, overlap in (("overlap", "on"), ("sequential", "off")):
         out = tmp_path_factory.mktemp(name)
-        runs[name] = (
-            out,
-            run_split(
-                tiny_assets,
-                out,
-                steps=3,
-                extra=["trainer.save_freq=3"],
-                VERL_SPLIT_OVERLAP=overlap,
-                SLOW_UPDATES_SLEEP=str(SLEEP_S),
-                SLOW_PREP_SLEEP=str(SLEEP_S),
-            ),
-        )
+        runs[name] = (out, run_three_steps(tiny_assets, out, overlap))
     return runs
 
 
@@ -156,9 +146,10 @@ def test_whole_step_metrics(overlapped_and_sequential):
     assert run.series("split/actor_pool_gpus") == run.series("split/critic_pool_gpus") == [1.0, 1.0, 1.0]
 
 
-@extended_on(UPDATES_ONLY_EXTENDED, "the overlap and sequential runs show each phase on RayPPOTrainer")
-def test_updates_only_keeps_preparation_sequential(overlapped_and_sequential):
-    out, run = overlapped_and_sequential["updates_only"]
+@extended_on(("0.7", "0.8"), "the phase list is read the same way everywhere; on and off show each phase there")
+def test_updates_only_keeps_preparation_sequential(overlapped_and_sequential, tiny_assets, tmp_path):
+    out = tmp_path / "updates_only"
+    run = run_three_steps(tiny_assets, out, "updates")
     run.assert_ok()
     prep = worker_intervals(out, "prep")
     assert len(prep["critic"]) == 3, prep
@@ -167,6 +158,8 @@ def test_updates_only_keeps_preparation_sequential(overlapped_and_sequential):
     assert run.series("split/prep_overlapped") == [0.0, 0.0, 0.0]
     assert "runs one phase after the other: VERL_SPLIT_OVERLAP does not include prep" in run.log
     assert run.series("split/overlapped") == [1.0, 1.0, 1.0]  # the updates still overlap
+    overlap_dir, overlap_run = overlapped_and_sequential["overlap"]
+    assert_same_numbers(overlap_dir, overlap_run, out, run, tolerance=TOLERANCE, weight_tolerance=WEIGHT_TOLERANCE)
 
 
 def test_sequential_run_does_not_overlap(overlapped_and_sequential):
@@ -212,9 +205,7 @@ def test_overlap_changes_no_numbers(overlapped_and_sequential):
     (v0, the default before 0.9) keeps the data loader's order: bit-for-bit equality.
     """
     runs = overlapped_and_sequential
-    tolerance, weight_tolerance = (1e-5, 1e-3) if DEFAULT_TRAINER == "v1" else (0.0, 0.0)
-    for other in sorted(set(runs) - {"overlap"}):
-        assert_same_numbers(*runs["overlap"], *runs[other], tolerance=tolerance, weight_tolerance=weight_tolerance)
+    assert_same_numbers(*runs["overlap"], *runs["sequential"], tolerance=TOLERANCE, weight_tolerance=WEIGHT_TOLERANCE)
 
 
 @extended_on(("0.7", "0.8"), "RayPPOTrainer is the default there: the module's runs overlap and keep numbers on it")
