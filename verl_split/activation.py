@@ -71,6 +71,14 @@ SEAMS: tuple[Seam, ...] = (
     Seam("prep_v1", "verl.trainer.ppo.v1.trainer_base", "verl_split.seams.prep_v1", "split", compat.V1_TRAINER),
     Seam("prep_v0", "verl.trainer.ppo.ray_trainer", "verl_split.seams.prep_v0", "split", ALL_FAMILIES),
     Seam("step_metrics", "verl.utils.tracking", "verl_split.seams.step_metrics", "split", ALL_FAMILIES),
+    # Rollout replicas on the critic pool too (verl_split/shared_rollout.py), when switched on.
+    Seam(
+        "shared_rollout_v1",
+        "verl.trainer.ppo.v1.trainer_base",
+        "verl_split.seams.shared_rollout_v1",
+        "split",
+        compat.SHARED_ROLLOUT,
+    ),
     Seam(
         "legacy_critic_worker",
         "verl.workers.fsdp_workers",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import zlib
 from collections import Counter
@@ -98,6 +99,7 @@ class CPUGenerationServer:
         self.weights_version: Any = None  # of the weights the model holds, see _version
         self.weight_syncs = 0
         self._requests_seen: Counter[tuple[int, ...]] = Counter()  # per prompt, since the last weight sync
+        self._served: Counter[int | None] = Counter()  # requests answered, per global step of the weights
 
     # -- generation -------------------------------------------------------------------
 
@@ -112,6 +114,9 @@ class CPUGenerationServer:
         **kwargs: Any,
     ) -> TokenOutput:
         token_ids, log_probs, stop_reason = await asyncio.to_thread(self._generate, list(prompt_ids), sampling_params)
+        self._served[self.global_steps] += 1
+        if self._served[self.global_steps] == 1:
+            logger.info("replica %d generates with the weights of step %s", self.replica_rank, self.global_steps)
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs,
@@ -196,8 +201,9 @@ class CPUGenerationServer:
         return len(state_dict)
 
     def weight_info(self) -> dict[str, Any]:
-        """How many weight syncs this server has received, and the last step's number."""
-        return {"weight_syncs": self.weight_syncs, "global_steps": self.global_steps}
+        """How many weight syncs this server has received, the last step's number, and how many
+        requests it answered with the weights of each step (``served``: step -> requests)."""
+        return {"weight_syncs": self.weight_syncs, "global_steps": self.global_steps, "served": dict(self._served)}
 
     # -- lifecycle hooks verl calls on every server; nothing to free on the CPU ---------
 
@@ -265,11 +271,25 @@ class CPURolloutAdapter(BaseRollout):
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, model_config, device_mesh, *args, **kwargs)
-        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         size = _rollout_world_size(self.config)
-        self.replica_rank = rank // size
+        if "replica_rank" in kwargs:
+            # In a CheckpointEngineWorker (a replica on other GPUs than the actor's, e.g. shared
+            # rollout): verl passes the replica's rank (verl/workers/rollout/replica.py
+            # get_ray_class_with_init_args) and creates this adapter before torch.distributed,
+            # so the rank inside the replica comes from the worker group's RANK.
+            self.replica_rank = int(kwargs["replica_rank"])
+            rank = int(os.environ.get("RANK", "0"))
+        else:
+            # In the hybrid actor worker: replicas are consecutive slices of the actor's ranks.
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+            self.replica_rank = rank // size
         self.is_leader = rank % size == 0
         self._server: Any = None
+
+    @property
+    def is_leader_rank(self) -> bool:
+        """What verl's CheckpointEngineWorker asks its adapter (``is_leader_rank``)."""
+        return self.is_leader
 
     async def resume(self, tags: list[str]) -> None:
         pass
@@ -285,7 +305,11 @@ class CPURolloutAdapter(BaseRollout):
         if kwargs.get("peft_config") is not None:
             raise NotImplementedError("the CPU rollout does not take LoRA adapters; set model.lora.merge=true")
         # Copy: the tensors may alias the training parameters, which the next update changes.
-        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        # The hybrid worker hands over a generator; a checkpoint engine's receive_weights is async.
+        if hasattr(weights, "__aiter__"):
+            state = {name: tensor.detach().to("cpu", copy=True) async for name, tensor in weights}
+        else:
+            state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
         if not self.is_leader:
             return
         if self._server is None:

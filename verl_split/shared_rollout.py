@@ -1,0 +1,265 @@
+"""Rollout on both pools ("shared rollout"): the critic pool's GPUs generate too.
+
+Under split placement only the actor pool's hybrid replicas generate, so the critic pool idles
+through generation, usually the longest phase (verl issue 977). With shared rollout on
+(``split_placement.shared_rollout`` / ``VERL_SPLIT_SHARED_ROLLOUT``), verl 0.9's v1 trainer gets:
+
+1. Extra rollout replicas on the critic pool, one per ``tp x dp x pp`` of its GPUs, beside the
+   critic's workers: verl's own ``RolloutReplica.init_colocated``, which the reward-model and
+   teacher replicas use (``verl/workers/rollout/replica.py``), on sub-pools from verl's
+   ``split_resource_pool``. Replica ranks continue after the hybrid replicas' (server names
+   contain the rank).
+2. Those servers in the load balancer every request goes through
+   (``verl/workers/rollout/router.py`` ``GlobalRequestLoadBalancer``: least in-flight requests
+   first, so replicas of different speeds balance themselves). verl-split starts the balancer
+   again with every server in it, as a subclass that counts where requests go; a custom
+   router (``router_config_path``) keeps its own balancer and gets the servers with
+   ``add_servers``, and then the share metric is not measured.
+3. The actor's weights on those replicas after every actor update: a second verl
+   ``CheckpointEngineManager`` for them, beside verl's ``naive`` one for the hybrid replicas,
+   behind :class:`BothPoolsCheckpointManager`, which the trainer uses as its
+   ``checkpoint_manager``. The push runs first (on GPUs the hybrid replicas still sleep
+   then, leaving the actor's memory to the transfer buffers). Its engine is the config's
+   ``checkpoint_engine.backend``: ``nccl`` on GPUs when left ``naive``, verl-split's object-store
+   engine in the CPU dry run (``verl_split/cpu/weight_transfer.py``).
+
+Metrics per step: ``split/critic_pool_rollout_share`` (requests routed to the critic pool's
+replicas / all requests of the step's generation) and ``split/shared_rollout_sync_s`` (the push),
+through verl's ``_pending_sync_metrics`` (``trainer_base.py`` ``_consume_sync_metrics``).
+Generation keeps verl's ``timing_s/gen``.
+
+What only a GPU run can check (none was made by us): NCCL, vLLM's sleep levels on colocated
+replicas and memory beside the critic's training state. The critic's offload during generation
+is verl's own (``critic.fsdp.param_offload`` / ``optimizer_offload``), not set here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+import ray
+from verl.utils.ray_utils import auto_await
+from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalRequestLoadBalancer
+
+from verl_split.errors import VerlSplitError
+from verl_split.pools import announce
+
+logger = logging.getLogger("verl_split.shared_rollout")
+
+SHARE_METRIC = "split/critic_pool_rollout_share"
+SYNC_METRIC = "split/shared_rollout_sync_s"
+#: The weight-transfer engine for replicas on other GPUs when the config leaves verl's ``naive``.
+GPU_BACKEND = "nccl"
+
+
+class SharedRolloutError(VerlSplitError):
+    """Shared rollout could not start, or a replica on the critic pool failed."""
+
+
+# ----------------------------------------------------------------------------- the trainer's config
+
+
+def wanted(config: Any) -> bool:
+    from verl_split.placement import shared_rollout_from_config
+
+    return shared_rollout_from_config(config)
+
+
+def configure_weight_transfer(config: Any) -> str:
+    """Give the actor's workers an engine that reaches replicas on other GPUs; return its name.
+
+    Runs before verl builds the actor's worker class: the actor worker creates its checkpoint
+    engine from ``rollout.checkpoint_engine`` in ``init_model`` (``verl/workers/engine_workers.py``).
+    The hybrid replicas keep verl's in-process sync: the v1 trainer's own manager forces ``naive``.
+    """
+    from omegaconf import open_dict
+    from verl.utils.device import get_device_name
+
+    engine = config.actor_rollout_ref.rollout.checkpoint_engine
+    if engine.backend == "naive":
+        with open_dict(engine):
+            if get_device_name() == "cpu":
+                from verl_split.cpu import weight_transfer
+
+                engine.backend = weight_transfer.BACKEND
+                engine.custom_backend_module = weight_transfer.MODULE
+            else:
+                engine.backend = GPU_BACKEND
+    return str(engine.backend)
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+class CountingLoadBalancer(GlobalRequestLoadBalancer):
+    """verl's default load balancer, counting the requests it routes to each server."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._routed: Counter[str] = Counter()
+
+    def acquire_server(self, request_id: str) -> tuple[str, Any]:
+        server_id, handle = super().acquire_server(request_id)
+        self._routed[server_id] += 1
+        return server_id, handle
+
+    def take_routed(self) -> dict[str, int]:
+        """Requests routed per server since the last call."""
+        routed, self._routed = dict(self._routed), Counter()
+        return routed
+
+
+def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
+    """Put ``replicas``' servers beside the hybrid ones; return the counting balancer, if ours."""
+    added = {r.server_address: r.server_handle for r in replicas}
+    rollout = manager.rollout_config
+    if getattr(manager, "_load_balancer_cls", None) is None and not getattr(rollout, "router_config_path", None):
+        servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True)) | added
+        balancer = ray.remote(CountingLoadBalancer).remote(
+            servers=servers,
+            max_cache_size=DEFAULT_ROUTING_CACHE_SIZE,
+            full_determinism=bool(getattr(rollout, "full_determinism", False)),
+        )
+        previous, manager.global_load_balancer = manager.global_load_balancer, balancer
+        ray.kill(previous)  # nothing holds it yet: verl hands out clients after the trainer's init
+        return balancer
+    ray.get(manager.global_load_balancer.add_servers.remote(added))
+    announce("shared rollout: a custom router routes the requests; split/critic_pool_rollout_share is not measured")
+    return None
+
+
+# ----------------------------------------------------------------------------- the replicas
+
+
+@auto_await
+async def _launch(manager: Any, pools: list[Any], first_rank: int, gpus_per_node: int) -> list[Any]:
+    replicas = [
+        manager.rollout_replica_class(
+            replica_rank=first_rank + i,
+            config=manager.rollout_config,
+            model_config=manager.model_config,
+            gpus_per_node=gpus_per_node,
+        )
+        for i in range(len(pools))
+    ]
+    await asyncio.gather(*[replica.init_colocated(pool) for replica, pool in zip(replicas, pools, strict=True)])
+    return replicas
+
+
+def attach(trainer: Any, backend: str) -> None:
+    """After verl's ``_setup``: start the critic pool's replicas and wire them into the step."""
+    from verl.checkpoint_engine.base import CheckpointEngineManager
+    from verl.single_controller.ray.base import split_resource_pool
+    from verl.trainer.ppo.utils import Role
+    from verl.utils.config import omega_conf_to_dataclass
+
+    manager = trainer.llm_server_manager
+    pools = trainer.resource_pool_manager
+    if Role.Critic not in pools.mapping:
+        raise SharedRolloutError(
+            "shared rollout needs a critic pool, and this run has no critic. Switch shared rollout off "
+            "(unset VERL_SPLIT_SHARED_ROLLOUT / split_placement.shared_rollout)."
+        )
+    critic_pool = pools.get_resource_pool(Role.Critic)
+    if critic_pool is manager.rollout_resource_pool:
+        raise SharedRolloutError(
+            "shared rollout puts rollout replicas on the critic's pool, and here the critic shares the actor's "
+            "pool (placement 'all'?). Use a split placement (e.g. VERL_SPLIT_PLACEMENT=halves) or switch it off."
+        )
+    replica_gpus = manager.rollout_config.tensor_model_parallel_size * (
+        manager.rollout_config.data_parallel_size * manager.rollout_config.pipeline_model_parallel_size
+    )
+    hybrid = manager.get_replicas()
+    started = time.perf_counter()
+    replicas = _launch(manager, split_resource_pool(critic_pool, replica_gpus), len(hybrid), critic_pool.store[0])
+    balancer = _route_to_all(manager, replicas)
+
+    engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
+    shared = CheckpointEngineManager(config=engine_config, actor_wg=trainer.actor_rollout_wg, replicas=replicas)
+    trainer.checkpoint_manager = BothPoolsCheckpointManager(trainer, trainer.checkpoint_manager, shared, balancer)
+    shared.sleep_replicas()
+    ranks = [r.replica_rank for r in replicas]
+    announce(
+        f"shared rollout: {len(replicas)} rollout replica(s) on the critic pool (replica ranks {ranks}, "
+        f"{replica_gpus} GPU(s) each) beside {len(hybrid)} on the actor pool, started in "
+        f"{time.perf_counter() - started:.1f}s; the actor's weights reach them through checkpoint engine "
+        f"{backend!r} after every update"
+    )
+
+
+class BothPoolsCheckpointManager:
+    """The trainer's ``checkpoint_manager`` with replicas on both pools.
+
+    ``hybrid``: verl's manager for the actor pool's replicas (in-process ``naive`` sync);
+    ``shared``: a second verl manager for the critic pool's replicas (a real transfer engine).
+    Every call the trainer makes goes to both; anything else reads from ``hybrid``.
+    """
+
+    def __init__(self, trainer: Any, hybrid: Any, shared: Any, balancer: Any | None) -> None:
+        self._trainer = trainer
+        self.hybrid = hybrid
+        self.shared = shared
+        self._balancer = balancer
+        self._shared_servers = {r.server_address for r in shared.replicas}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.hybrid, name)
+
+    @property
+    def replicas(self) -> list[Any]:
+        return [*self.hybrid.replicas, *self.shared.replicas]
+
+    def _pending(self, metrics: dict[str, float]) -> None:
+        # Merged into the step's metrics right after on_step_end (trainer_base.py _consume_sync_metrics).
+        pending = getattr(self._trainer, "_pending_sync_metrics", None) or {}
+        self._trainer._pending_sync_metrics = {**pending, **metrics}
+
+    def update_weights(self, global_steps: int | None = None) -> Any:
+        started = time.perf_counter()
+        try:
+            self.shared.update_weights(global_steps)
+        except Exception as exc:
+            raise SharedRolloutError(
+                f"shared rollout: pushing the actor's weights (step {global_steps}) to the rollout replicas on the "
+                f"critic pool failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._pending({SYNC_METRIC: time.perf_counter() - started})
+        return self.hybrid.update_weights(global_steps)
+
+    def take_routed(self) -> dict[str, int]:
+        """Requests routed per server since the last call (empty under a custom router)."""
+        return ray.get(self._balancer.take_routed.remote()) if self._balancer is not None else {}
+
+    def sleep_replicas(self) -> None:
+        self.hybrid.sleep_replicas()
+        self.shared.sleep_replicas()
+        # The trainer sleeps the replicas right after generation (PPOTrainerSync.on_sample_end).
+        routed = self.take_routed()
+        total = sum(routed.values())
+        if total:
+            on_critic_pool = sum(n for server, n in routed.items() if server in self._shared_servers)
+            self._pending({SHARE_METRIC: on_critic_pool / total})
+
+    def wake_up_replicas(self) -> None:
+        self.hybrid.wake_up_replicas()
+        self.shared.wake_up_replicas()
+
+    def abort_replicas(self, reject_request: bool = False) -> None:
+        self.hybrid.abort_replicas(reject_request=reject_request)
+        self.shared.abort_replicas(reject_request=reject_request)
+
+    def resume_generation_replicas(self) -> None:
+        self.hybrid.resume_generation_replicas()
+        self.shared.resume_generation_replicas()
+
+    def release_kv_cache_replicas(self) -> None:
+        self.hybrid.release_kv_cache_replicas()
+        self.shared.release_kv_cache_replicas()
+
+    def resume_kv_cache_replicas(self) -> None:
+        self.hybrid.resume_kv_cache_replicas()
+        self.shared.resume_kv_cache_replicas()
