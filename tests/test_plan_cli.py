@@ -9,6 +9,8 @@ import sys
 import pytest
 from pyrun import clean_env
 
+from verl_split import compat
+
 
 def plan(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -41,6 +43,7 @@ def test_json():
             "ref": "actor_rollout_ref_pool",
             "critic": "critic_pool",
         },
+        "shared_rollout": False,
     }
 
 
@@ -90,6 +93,35 @@ def test_verl_config_grpo_checks_rollout_tp_and_critic():
     proc = plan("trainer.n_gpus_per_node=8", "+split_placement.placement=5:3")  # rollout tp is 2 by default
     assert proc.returncode == 2 and "actor_rollout_ref.rollout.tensor_model_parallel_size" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+_SHARED_ROLLOUT_HERE = pytest.mark.skipif(
+    not compat.verl_in(compat.SHARED_ROLLOUT),
+    reason="shared rollout needs verl 0.9; test_shared_rollout_plan.py checks the message on older ones",
+)
+
+
+@_SHARED_ROLLOUT_HERE
+def test_shared_rollout_shows_which_gpus_generate():
+    proc = plan("--nnodes", "1", "--n-gpus-per-node", "8", "--shared-rollout", "--rollout-tp", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "|4 b:CR   |" in proc.stdout
+    assert "rollout: GPUs 0-3 (actor pool, hybrid) and 4-7 (critic pool, shared rollout)" in proc.stdout
+    proc = plan("--shared-rollout", "--placement", "all")
+    assert proc.returncode == 2 and "no second pool to generate on" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@_SHARED_ROLLOUT_HERE
+def test_shared_rollout_from_the_environment_and_the_config():
+    proc = plan("--json", env={"VERL_SPLIT_SHARED_ROLLOUT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["shared_rollout"] is True
+    # The config's key wins over the environment, and the config's own checks run.
+    proc = plan("--json", "+split_placement.shared_rollout=false", env={"VERL_SPLIT_SHARED_ROLLOUT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["shared_rollout"] is False
+    proc = plan("+split_placement.shared_rollout=true", "actor_rollout_ref.model.lora_rank=8")
+    assert proc.returncode == 2 and "actor_rollout_ref.model.lora.merge=true" in proc.stderr
 
 
 def test_unquoted_commas_get_a_hint():

@@ -33,6 +33,10 @@ BEFORE_V1 = SpecifierSet("<0.9")
 ENGINE_WORKERS = SpecifierSet(">=0.8")
 #: verl 0.7: the legacy ``fsdp_workers`` (``update_critic`` dispatched with ``blocking=False``).
 LEGACY_WORKERS = SpecifierSet("<0.8")
+#: Shared rollout (rollout replicas on the critic pool too): built on verl 0.9's servers added to the
+#: load balancer at run time (``workers/rollout/router.py`` ``add_servers``) and its checkpoint-engine
+#: registry. 0.7.1's balancer has no ``add_servers``; 0.8 has both but the runtime is not built for it.
+SHARED_ROLLOUT = SpecifierSet(">=0.9")
 ANY = SpecifierSet("")
 
 

@@ -4,7 +4,9 @@ Two ways in: a cluster shape and a placement (``--nnodes 2 --n-gpus-per-node 8 -
 or verl's own trainer config composed with hydra plus the overrides a run would get
 (``--config-name ppo_trainer trainer.nnodes=2 +split_placement.placement=6:2``).
 The placement comes from ``--placement``, else the config's ``split_placement``, else
-``VERL_SPLIT_PLACEMENT``, else ``halves``. Bad input: one message on stderr, exit code 2.
+``VERL_SPLIT_PLACEMENT``, else ``halves``; shared rollout from ``--shared-rollout``, else the
+config's ``split_placement.shared_rollout``, else ``VERL_SPLIT_SHARED_ROLLOUT``, else off.
+Bad input: one message on stderr, exit code 2.
 """
 
 from __future__ import annotations
@@ -40,9 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rollout-tp", type=int, default=1, help="Rollout tensor-parallel size to check pools against."
     )
+    parser.add_argument(
+        "--shared-rollout",
+        action="store_true",
+        help="Plan with rollout replicas on the critic pool too (default: the config's "
+        "split_placement.shared_rollout, else VERL_SPLIT_SHARED_ROLLOUT, else off).",
+    )
     parser.add_argument("--config-name", help="Compose this verl trainer config with hydra (e.g. ppo_trainer).")
     parser.add_argument("--config-path", help="Directory of the config (default: verl's trainer/config).")
-    parser.add_argument("--json", action="store_true", help="Print only {resource_pool_spec, mapping} as JSON.")
+    parser.add_argument(
+        "--json", action="store_true", help="Print only {resource_pool_spec, mapping, shared_rollout} as JSON."
+    )
     parser.add_argument(
         "overrides", nargs="*", help="Hydra overrides, e.g. trainer.nnodes=2 +split_placement.placement=6:2"
     )
@@ -84,14 +94,20 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
         )
         nnodes = 1 if args.nnodes is None else args.nnodes
         per_node = 8 if args.n_gpus_per_node is None else args.n_gpus_per_node
+    # The plan a VERL_SPLIT=1 run would get: with the switch off settings reads no other variable.
+    env = settings.read({**os.environ, "VERL_SPLIT": "1"})
     if args.placement:
         chosen = planner.parse_placement(args.placement, source="--placement")
     else:
-        # The plan a VERL_SPLIT=1 run would get: with the switch off settings reads no other variable.
-        env_placement = settings.read({**os.environ, "VERL_SPLIT": "1"}).placement
-        chosen = planner.placement_from_config({} if config is None else config, env_placement)
+        chosen = planner.placement_from_config({} if config is None else config, env.placement)
+    shared = args.shared_rollout or planner.shared_rollout_from_config(
+        {} if config is None else config, env.shared_rollout
+    )
+    if shared:
+        # Without a config: verl's defaults (v1 sync trainer, no LoRA); the release is checked still.
+        planner.check_shared_rollout_run({} if config is None else config)
     cluster = planner.Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
-    return planner.plan_placement(chosen, cluster, requirements)
+    return planner.plan_placement(chosen, cluster, requirements, shared_rollout=shared)
 
 
 def compose_config(config_name: str, config_path: str | None, overrides: list[str]) -> Any:

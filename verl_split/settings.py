@@ -24,6 +24,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
         "halves",
         "Placement shorthand: halves, all, a ratio A:C, or ROLES:GPUS groups joined by ';'.",
     ),
+    "VERL_SPLIT_SHARED_ROLLOUT": (
+        "off",
+        "Extra rollout replicas on the critic pool's GPUs (rollout on both pools); verl 0.9 only.",
+    ),
     "VERL_SPLIT_OVERLAP": (
         "on",
         "Phases run on both pools at once: on (all: updates,prep), off (none), or a comma list of "
@@ -78,6 +82,9 @@ class Settings:
     overlap_phases: frozenset[str] = frozenset(OVERLAP_PHASES)
     cpu: bool = False
     trace_path: str = ""
+    #: Rollout replicas on the critic pool too (``VERL_SPLIT_SHARED_ROLLOUT``); the config's
+    #: ``split_placement.shared_rollout`` wins over it (``placement.shared_rollout_from_config``).
+    shared_rollout: bool = False
 
     @property
     def overlap(self) -> bool:
@@ -126,6 +133,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         overlap_phases=parse_overlap(env.get("VERL_SPLIT_OVERLAP")),
         cpu=cpu,
         trace_path=(env.get("VERL_SPLIT_TRACE") or "").strip(),
+        shared_rollout=parse_switch("VERL_SPLIT_SHARED_ROLLOUT", env.get("VERL_SPLIT_SHARED_ROLLOUT"), False),
     )
 
 

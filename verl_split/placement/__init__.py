@@ -30,6 +30,12 @@ entry). A pool's explicit GPU set becomes the count of its GPUs on each node it 
 order, so uneven sets (``0-5,8-9`` -> ``[6, 2]``) are supported, and ``verl_split.pools`` pins each
 count to its node. Which device ids inside a node a pool gets is Ray's choice: the ids within a
 node are labels of the picture, not a pinning.
+
+Shared rollout (``split_placement.shared_rollout`` or ``VERL_SPLIT_SHARED_ROLLOUT``, off by default):
+rollout replicas on the critic's pool too, beside the actor's hybrid ones (``Plan.rollout_pools``).
+Checked before Ray starts: the critic has a pool of its own, holding whole replicas on every node
+it touches and room for one more worker group per GPU (``plan_placement``); the run is on verl 0.9's
+v1 trainer in sync mode, with LoRA merged (``check_shared_rollout_run``).
 """
 
 from verl_split.placement.model import (
@@ -38,6 +44,7 @@ from verl_split.placement.model import (
     CRITIC_POOL,
     DEFAULT_READY_TIMEOUT_S,
     GLOBAL_POOL,
+    MAX_WORKER_GROUPS_PER_GPU,
     ROLES,
     Cluster,
     GroupSpec,
@@ -52,12 +59,15 @@ from verl_split.placement.planner import plan_placement
 from verl_split.placement.render import render_plan
 from verl_split.placement.verl_config import (
     CONFIG_KEYS,
+    SHARED_ROLLOUT_TRAINER_MODES,
+    check_shared_rollout_run,
     cluster_from_config,
     placement_from_config,
     plan_from_config,
     ready_timeout_from_config,
     requirements_from_config,
     select_key,
+    shared_rollout_from_config,
 )
 
 __all__ = [
@@ -68,7 +78,9 @@ __all__ = [
     "DEFAULT_PLACEMENT",
     "DEFAULT_READY_TIMEOUT_S",
     "GLOBAL_POOL",
+    "MAX_WORKER_GROUPS_PER_GPU",
     "ROLES",
+    "SHARED_ROLLOUT_TRAINER_MODES",
     "SHORTHANDS",
     "Cluster",
     "GroupSpec",
@@ -77,6 +89,7 @@ __all__ = [
     "Plan",
     "Pool",
     "Requirements",
+    "check_shared_rollout_run",
     "cluster_from_config",
     "parse_placement",
     "placement_from_config",
@@ -86,4 +99,5 @@ __all__ = [
     "render_plan",
     "requirements_from_config",
     "select_key",
+    "shared_rollout_from_config",
 ]

@@ -17,6 +17,10 @@ GLOBAL_POOL = "global_pool"
 #: How long pool creation waits for Ray to place a pool's placement groups: generous, since a
 #: cluster may need a while to free GPUs, but an end instead of verl's wait forever.
 DEFAULT_READY_TIMEOUT_S = 600.0
+#: Worker groups verl lets share one GPU: its ``ResourcePoolManager`` makes every pool with
+#: ``max_colocate_count=3`` and each worker asks for ``1 / max_colocate_count`` of a GPU
+#: (``verl/single_controller/ray/base.py``); a fourth worker group on a GPU would wait forever.
+MAX_WORKER_GROUPS_PER_GPU = 3
 
 
 # --------------------------------------------------------------------------- the cluster and the run
@@ -149,6 +153,8 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
     #: Seconds to wait for the pools' placement groups (``split_placement.ready_timeout_s``).
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
+    #: Rollout replicas on the critic's pool too, besides the actor's hybrid ones.
+    shared_rollout: bool = False
 
     @property
     def resource_pool_spec(self) -> dict[str, list[int]]:
@@ -171,6 +177,16 @@ class Plan:
         return None if name is None else self.pool(name)
 
     @property
+    def rollout_pools(self) -> tuple[Pool, ...]:
+        """The pools whose GPUs generate: the actor's always, the critic's too with shared rollout."""
+        actor = self.pool_of("actor")
+        assert actor is not None  # every plan places the actor
+        critic = self.pool_of("critic")
+        if self.shared_rollout and critic is not None and critic.name != actor.name:
+            return (actor, critic)
+        return (actor,)
+
+    @property
     def gpu_owner(self) -> dict[int, Pool]:
         return {gpu: pool for pool in self.pools for gpu in pool.gpus}
 
@@ -180,4 +196,8 @@ class Plan:
         return tuple(g for g in range(self.cluster.n_gpus) if g not in owner)
 
     def to_json(self) -> dict[str, Any]:
-        return {"resource_pool_spec": self.resource_pool_spec, "mapping": self.mapping}
+        return {
+            "resource_pool_spec": self.resource_pool_spec,
+            "mapping": self.mapping,
+            "shared_rollout": self.shared_rollout,
+        }

@@ -14,6 +14,8 @@ def render_plan(plan: Plan) -> str:
     cluster = plan.cluster
     owner = plan.gpu_owner
     letters = {pool.name: chr(ord("a") + i) for i, pool in enumerate(plan.pools)}
+    # Shared rollout: the critic's pool generates too, though no role "rollout" is placed there.
+    shared = {pool.name for pool in plan.rollout_pools[1:]}
     width = max(len(str(cluster.n_gpus - 1)), 1)
     lines = [
         f"placement {plan.placement!r} ({plan.source}) on {cluster.nnodes} node(s) x {cluster.n_gpus_per_node} GPUs",
@@ -31,6 +33,8 @@ def render_plan(plan: Plan) -> str:
                     label = "-:idle"
                 else:
                     label = letters[pool.name] + ":" + "".join(_ROLE_TAGS[r] for r in pool.roles)
+                    if pool.name in shared:
+                        label += _ROLE_TAGS["rollout"]
                 cells.append(f"{gpu:>{width}} {label:<7}")
             head = f"node {node}" if start == 0 else ""
             lines.append(f"{head:<7}|" + "|".join(cells) + "|")
@@ -38,11 +42,16 @@ def render_plan(plan: Plan) -> str:
     lines.append("pools:")
     for pool in plan.pools:
         per_node = ", ".join(f"node {n}: {c}" for n, c in pool.per_node.items())
-        roles = ", ".join(pool.roles)
+        roles = ", ".join(pool.roles) + (", rollout (shared)" if pool.name in shared else "")
         lines.append(f"  {letters[pool.name]} {pool.name:<24}{pool.size:>4} GPUs ({per_node})  roles: {roles}")
     if plan.idle_gpus:
         lines.append(f"  - idle                    {len(plan.idle_gpus):>3} GPUs: {_ranges(plan.idle_gpus)}")
     lines.append("roles: " + ", ".join(f"{tag}={role}" for role, tag in _ROLE_TAGS.items()))
+    if shared:
+        actor, *others = plan.rollout_pools
+        where = [f"GPUs {_ranges(actor.gpus)} (actor pool, hybrid)"]
+        where += [f"{_ranges(pool.gpus)} (critic pool, shared rollout)" for pool in others]
+        lines.append("rollout: " + " and ".join(where))
     lines.append("")
     lines.append(f"resource_pool_spec: {plan.resource_pool_spec}")
     lines.append("mapping:")

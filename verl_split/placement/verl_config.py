@@ -6,13 +6,16 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from verl_split.errors import PlacementError
+from verl_split.errors import PlacementError, SettingsError
 from verl_split.placement.model import DEFAULT_READY_TIMEOUT_S, Cluster, ParallelSize, Placement, Plan, Requirements
 from verl_split.placement.parse import DEFAULT_PLACEMENT, parse_placement
-from verl_split.placement.planner import plan_placement
+from verl_split.placement.planner import SWITCH_OFF_HINT, plan_placement
 
 #: Keys accepted in the ``split_placement`` config block.
-CONFIG_KEYS: tuple[str, ...] = ("placement", "groups", "ready_timeout_s")
+CONFIG_KEYS: tuple[str, ...] = ("placement", "groups", "ready_timeout_s", "shared_rollout")
+#: ``trainer.v1.trainer_mode`` values shared rollout runs under: the asynchronous modes
+#: (colocate_async, separate_async) schedule generation and weight sync their own way.
+SHARED_ROLLOUT_TRAINER_MODES: tuple[str, ...] = ("sync",)
 
 
 def select_key(config: Any, dotted: str, default: Any = None) -> Any:
@@ -44,10 +47,10 @@ def select_key(config: Any, dotted: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
-def _size(config: Any, key: str) -> int:
-    value = select_key(config, key, 1)
+def _size(config: Any, key: str, default: int = 1) -> int:
+    value = select_key(config, key, default)
     if isinstance(value, bool) or not isinstance(value, int):
-        return 1
+        return default
     return value
 
 
@@ -185,13 +188,94 @@ def ready_timeout_from_config(config: Any) -> float:
     return float(value)
 
 
-def plan_from_config(config: Any, env_value: str | None = None) -> Plan:
-    """Plan the run of a verl config; ``env_value`` is VERL_SPLIT_PLACEMENT (the frozen settings' if None)."""
+def shared_rollout_from_config(config: Any, env_value: bool | None = None) -> bool:
+    """Rollout on both pools: ``split_placement.shared_rollout`` wins over ``VERL_SPLIT_SHARED_ROLLOUT``.
+
+    The same order as the placement's (``placement_from_config``): the run's own config over the
+    shell's variable. ``env_value`` is the variable's value; None reads the frozen settings.
+    """
+    value = select_key(config, "split_placement.shared_rollout")
+    if value is None:
+        if env_value is None:
+            from verl_split import settings
+
+            env_value = settings.current().shared_rollout
+        return env_value
+    if isinstance(value, bool):
+        return value
+    # Hydra reads `=1` as an int and `=yes` as a string: take the spellings the variable takes.
+    if isinstance(value, (int, str)):
+        from verl_split import settings
+
+        try:
+            return settings.parse_switch("split_placement.shared_rollout", str(value), False)
+        except SettingsError:
+            pass
+    raise PlacementError(
+        f"split_placement.shared_rollout must be true or false, got {value!r}. Set "
+        "+split_placement.shared_rollout=true to put rollout replicas on the critic pool too, or false (or leave "
+        "it out) to generate on the actor's pool only."
+    )
+
+
+def check_shared_rollout_run(config: Any) -> None:
+    """What shared rollout needs beyond the placement: verl 0.9, its v1 sync trainer, merged LoRA.
+
+    The placement's own part (a critic pool holding whole replicas) is ``plan_placement``'s.
+    """
+    from verl_split import compat
+
+    version = compat.installed_version()
+    # No verl here (a laptop planning a cluster's layout): nothing to check against.
+    if version is not None and not compat.verl_in(compat.SHARED_ROLLOUT):
+        raise PlacementError(
+            f"shared rollout is not on this release (verl {version}): it needs verl 0.9's run-time server "
+            "registration and checkpoint-engine registry; upgrade to verl 0.9.x or switch it off (unset "
+            "VERL_SPLIT_SHARED_ROLLOUT / split_placement.shared_rollout)."
+        )
+    # The runtime adds its replicas to the v1 trainer's rollout; the legacy trainer is a different loop.
+    if select_key(config, "trainer.use_v1", True) is False:
+        raise PlacementError(
+            "shared rollout runs on verl 0.9's v1 trainer (trainer.use_v1=true, the default) for now; this run "
+            f"sets trainer.use_v1=false. Drop that override, or {SWITCH_OFF_HINT}."
+        )
+    mode = str(select_key(config, "trainer.v1.trainer_mode", "sync"))
+    if mode not in SHARED_ROLLOUT_TRAINER_MODES:
+        raise PlacementError(
+            f"shared rollout runs with trainer.v1.trainer_mode={' or '.join(SHARED_ROLLOUT_TRAINER_MODES)} for "
+            f"now; this run sets trainer.v1.trainer_mode={mode}, whose trainer schedules its rollout replicas "
+            f"and their weight sync itself. Set trainer.v1.trainer_mode=sync, or {SWITCH_OFF_HINT}."
+        )
+    # The weights reach replicas on other GPUs through verl's checkpoint engine, whose path
+    # (verl/workers/engine_workers.py update_weights, mode other than "naive") drops the LoRA
+    # peft_config: only merged weights arrive whole.
+    model = "actor_rollout_ref.model"
+    rank = max(_size(config, f"{model}.lora_rank", 0), _size(config, f"{model}.lora.rank", 0))
+    if rank > 0 and not select_key(config, f"{model}.lora.merge", False):
+        raise PlacementError(
+            f"shared rollout sends the actor's weights to replicas on the critic pool's GPUs, and that transfer "
+            f"carries full weights only, not a LoRA adapter; this run trains LoRA (rank {rank}) unmerged "
+            f"({model}.lora.merge=false). Set {model}.lora.merge=true, or {SWITCH_OFF_HINT}."
+        )
+
+
+def plan_from_config(config: Any, env_value: str | None = None, shared_rollout: bool | None = None) -> Plan:
+    """Plan the run of a verl config.
+
+    ``env_value`` is VERL_SPLIT_PLACEMENT and ``shared_rollout`` VERL_SPLIT_SHARED_ROLLOUT (the
+    frozen settings' when None); the config's ``split_placement`` keys win over both.
+    """
     if env_value is None:
         from verl_split import settings
 
         env_value = settings.current().placement
+    shared = shared_rollout_from_config(config, shared_rollout)
+    if shared:
+        check_shared_rollout_run(config)
     plan = plan_placement(
-        placement_from_config(config, env_value), cluster_from_config(config), requirements_from_config(config)
+        placement_from_config(config, env_value),
+        cluster_from_config(config),
+        requirements_from_config(config),
+        shared_rollout=shared,
     )
     return dataclasses.replace(plan, ready_timeout_s=ready_timeout_from_config(config))
