@@ -77,8 +77,16 @@ def run_layout(assets, out: Path, steps: int, extra: list[str], placement: str |
 
 
 def candidate(advice: dict[str, Any], placement: str) -> dict[str, Any]:
-    """The candidate row of ``placement``, also when it shares a row with another name."""
-    return next(c for c in advice["candidates"] if c["placement"] == placement or placement in c["same_prediction_as"])
+    """The candidate row of ``placement``, also when it shares a row with another name.
+
+    Never a ``+shared`` row (shared rollout): the check runs placements without it. The profile passes no
+    push cost, so advise does not rank those rows here anyway.
+    """
+    return next(
+        c
+        for c in advice["candidates"]
+        if not c.get("shared_rollout") and (c["placement"] == placement or placement in c["same_prediction_as"])
+    )
 
 
 def compare(target: str, cand: dict[str, Any], metrics: list[dict[str, Any]]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 from verl_split.advise.candidates import STOCK, Candidate, caveat, rank, reason
 from verl_split.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
 from verl_split.advise.runs import LANE_MEANING, AdviseError, Run, read_run
+from verl_split.advise.shared import TAG, SharedRolloutCosts, shared_rollout_costs
 from verl_split.placement import Cluster
 
 
@@ -18,17 +19,24 @@ class Advice:
     cluster: Cluster
     runs: tuple[Run, ...]
     model: CostModel
-    candidates: tuple[Candidate, ...]
+    candidates: tuple[Candidate, ...]  # ranked, fastest first
     rejected: tuple[tuple[str, str], ...]
     reason: str
     caveat: str | None
     assumptions: tuple[str, ...]
     next_run: str | None
     step_cv: float
+    #: Shared rollout's costs, when the cluster has a split to share; its variants whose push is not known.
+    shared: SharedRolloutCosts | None = None
+    unranked: tuple[Candidate, ...] = ()
 
     @property
     def recommended(self) -> Candidate:
         return self.candidates[0]
+
+    def break_even_push_s(self, candidate: Candidate) -> float:
+        """The weight push under which an unranked shared-rollout variant would beat the recommendation."""
+        return self.recommended.prediction.step_s - candidate.prediction.step_s
 
     def to_json(self) -> dict[str, Any]:
         best = self.recommended
@@ -40,8 +48,22 @@ class Advice:
             "next_run": self.next_run,
             "candidates": [c.to_json() for c in self.candidates],
             "rejected": [{"placement": name, "why": why} for name, why in self.rejected],
+            "shared_rollout": None
+            if self.shared is None
+            else {
+                **self.shared.to_json(),
+                "unranked": [
+                    {
+                        **c.to_json(),
+                        "predicted_step_s_is": "a lower bound",
+                        "wins_if_push_under_s": self.break_even_push_s(c),
+                    }
+                    for c in self.unranked
+                ],
+            },
             "recommended": {
                 "placement": best.placement,
+                "shared_rollout": best.shared_rollout,
                 "predicted_step_s": best.prediction.step_s,
                 "speedup_vs_stock": best.speedup_vs_stock,
                 "reason": self.reason,
@@ -55,13 +77,23 @@ def advise(
     cluster: Cluster,
     rollout_tp: int = 1,
     overlaps: frozenset[str] = OVERLAPS,
+    push_s: float | None = None,
+    model_params: float | None = None,
+    critic_offload_s: float | None = None,
 ) -> Advice:
-    """Read the runs, fit the cost model and rank every placement the planner accepts on the cluster."""
+    """Read the runs, fit the cost model and rank every placement the planner accepts on the cluster.
+
+    ``push_s``, ``model_params``, ``critic_offload_s``: shared rollout's costs where the runs do not measure them.
+    """
     if not paths:
         raise AdviseError("no run given: pass one or more metrics files (RUN.jsonl) written by verl's file logger.")
     runs = tuple(read_run(path, cluster) for path in paths)
     model = build_model(runs)
-    candidates, rejected = rank(model, cluster, rollout_tp=rollout_tp, overlaps=overlaps)
+    shared = shared_rollout_costs(runs, push_s, model_params, critic_offload_s)
+    everything, rejected = rank(model, cluster, rollout_tp=rollout_tp, overlaps=overlaps, shared=shared)
+    candidates = [c for c in everything if c.ranked]
+    unranked = tuple(c for c in everything if not c.ranked)
+    has_shared = any(c.shared_rollout for c in everything)
     if not candidates:
         why = "; ".join(f"{name}: {text}" for name, text in rejected[:2])
         raise AdviseError(f"no placement fits the cluster {cluster.describe()}: {why}")
@@ -74,13 +106,15 @@ def advise(
         rejected=tuple(rejected),
         reason=reason(candidates, model),
         caveat=caveat(candidates, step_cv),
-        assumptions=tuple(_assumptions(model)),
+        assumptions=tuple(_assumptions(model, shared if has_shared else None, rollout_tp)),
         next_run=_next_run(runs, model, cluster),
         step_cv=step_cv,
+        shared=shared if has_shared else None,
+        unranked=unranked,
     )
 
 
-def _assumptions(model: CostModel) -> list[str]:
+def _assumptions(model: CostModel, shared: SharedRolloutCosts | None = None, rollout_tp: int = 1) -> list[str]:
     lines = []
     by_size: dict[int, list[str]] = {}
     for lane, lane_model in model.lanes.items():
@@ -94,7 +128,26 @@ def _assumptions(model: CostModel) -> list[str]:
     lines.append(
         "reward, advantages, weight sync and the rest of the step are held at their measured time on every layout"
     )
+    if shared is not None:
+        gen = model.lanes.get("gen")
+        bound = (
+            "generation's scaling is assumed linear, so the rows take the whole bound: an upper limit"
+            if gen is not None and gen.fit == FIT_LINEAR
+            else "the fitted serial part, the long tail, does not shrink"
+        )
+        where = f"where the critic pool holds whole rollout replicas of {rollout_tp} GPU(s) (--rollout-tp) per node"
+        lines.append(
+            f"shared rollout ({TAG} rows, {where}): generation on all A + C GPUs by the generation lane's model, "
+            f"so it saves at most gen(A) x C/(A+C) against the same split ({bound}); plus the weight push to the "
+            f"critic pool's replicas, {_seconds(shared.push_s)} per step ({shared.push_source}), and the critic's "
+            f"offload and reload, {_seconds(shared.offload_s)} ({shared.offload_source}), both on the step's "
+            "critical path. Predicted only: shared rollout has not been measured on GPUs by us"
+        )
     return lines
+
+
+def _seconds(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.2f} s"
 
 
 def _next_run(runs: Sequence[Run], model: CostModel, cluster: Cluster) -> str | None:

@@ -6,6 +6,10 @@ several nodes, every per-node ratio ``A:C`` with ``A + C`` the node's GPUs, and 
 split into two node groups (``actor,rollout,ref:0-15;critic:16-31``). Placements that give the pools
 the same GPU counts get the same prediction (the model does not see which node a GPU is on): the first
 is kept, the others are listed beside it.
+
+Given shared rollout's costs, every split also gets its ``+shared`` variant (:mod:`verl_split.advise.shared`)
+where the critic pool holds whole rollout replicas. A variant whose weight push is not known is not ranked:
+its step is a lower bound, listed after the ranking, and never recommended.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_split.advise.model import OVERLAPS, CostModel, Prediction, predict
+from verl_split.advise.shared import TAG, SharedRolloutCosts, replica_problem
 from verl_split.errors import PlacementError
 from verl_split.placement import CRITIC_POOL, Cluster, ParallelSize, Requirements, plan_placement
+from verl_split.placement.model import Pool
 
 STOCK = "all"
 
@@ -33,10 +39,24 @@ class Candidate:
     def is_split(self) -> bool:
         return not self.prediction.colocated
 
+    @property
+    def shared_rollout(self) -> bool:
+        return self.prediction.shared is not None
+
+    @property
+    def ranked(self) -> bool:
+        """False for a shared-rollout variant whose weight push is not known: its step is a lower bound."""
+        return self.prediction.shared is None or self.prediction.shared.priced
+
+    @property
+    def name(self) -> str:
+        return f"{self.placement} {TAG}" if self.shared_rollout else self.placement
+
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
         return {
             "placement": self.placement,
+            "shared_rollout": self.shared_rollout,
             "layout": "colocated" if p.colocated else "split",
             "actor_pool_gpus": p.actor_gpus,
             "critic_pool_gpus": p.critic_gpus,
@@ -46,6 +66,7 @@ class Candidate:
             "phases_s": {name: p.phases[name] for name in ("gen", "prep", "updates", "other")},
             "lanes_s": dict(p.lanes),
             "same_prediction_as": list(self.same_prediction_as),
+            "shared_rollout_costs": None if p.shared is None else p.shared.to_json(),
         }
 
 
@@ -66,15 +87,24 @@ def placement_names(cluster: Cluster, has_critic: bool) -> list[str]:
 
 
 def rank(
-    model: CostModel, cluster: Cluster, rollout_tp: int = 1, overlaps: frozenset[str] = OVERLAPS
+    model: CostModel,
+    cluster: Cluster,
+    rollout_tp: int = 1,
+    overlaps: frozenset[str] = OVERLAPS,
+    shared: SharedRolloutCosts | None = None,
 ) -> tuple[list[Candidate], list[tuple[str, str]]]:
-    """Every candidate the planner accepts, fastest first; and the rejected ones with the planner's reason."""
+    """Every candidate the planner accepts, fastest first; and the rejected ones with the planner's reason.
+
+    With ``shared``, each split's shared-rollout variant too; the variants that are not ranked (their push is
+    not known) come last, by their lower bound.
+    """
     requirements = Requirements(
         critic=model.has_critic,
         critic_reason="the runs measured no critic" if not model.has_critic else "the runs measured a critic",
         parallel=(ParallelSize("rollout", rollout_tp, "--rollout-tp", within_node=True),) if rollout_tp > 1 else (),
     )
     layouts: dict[tuple[bool, int, int], list[str]] = {}
+    critic_pools: dict[str, Pool] = {}
     rejected = []
     for name in placement_names(cluster, model.has_critic):
         try:
@@ -87,6 +117,7 @@ def rank(
             key = (True, plan.pools[0].size, plan.pools[0].size)
         else:
             key = (False, plan.pools[0].size, critic_pool.size)
+            critic_pools[name] = critic_pool
         layouts.setdefault(key, []).append(name)
     predictions = {
         key: predict(model, actor_gpus=key[1], critic_gpus=key[2], colocated=key[0], overlaps=overlaps)
@@ -94,17 +125,28 @@ def rank(
     }
     stock_key = (True, cluster.n_gpus, cluster.n_gpus)
     stock_step = predictions[stock_key].step_s if stock_key in predictions else None
-    candidates = [
-        Candidate(
-            placement=names[0],
-            prediction=predictions[key],
-            speedup_vs_stock=(stock_step / predictions[key].step_s) if stock_step and predictions[key].step_s else 1.0,
-            same_prediction_as=tuple(names[1:]),
-        )
-        for key, names in layouts.items()
-    ]
-    # Fastest first; on a tie the order above (stock, then the simpler names).
-    candidates.sort(key=lambda c: round(c.prediction.step_s, 9))
+
+    def candidate(names: list[str], prediction: Prediction) -> Candidate:
+        speedup = (stock_step / prediction.step_s) if stock_step and prediction.step_s else 1.0
+        return Candidate(names[0], prediction, speedup, same_prediction_as=tuple(names[1:]))
+
+    candidates = [candidate(names, predictions[key]) for key, names in layouts.items()]
+    for (colocated, actor_gpus, critic_gpus), names in layouts.items():
+        if colocated or shared is None:
+            continue
+        # The critic pool must hold whole rollout replicas; placements of the same sizes may differ per node.
+        fits = []
+        for name in names:
+            problem = replica_problem(critic_pools[name], rollout_tp)
+            if problem is None:
+                fits.append(name)
+            else:
+                rejected.append((f"{name} {TAG}", f"the critic pool cannot hold rollout replicas: {problem}"))
+        if fits:
+            prediction = predict(model, actor_gpus, critic_gpus, colocated=False, overlaps=overlaps, shared=shared)
+            candidates.append(candidate(fits, prediction))
+    # Ranked first, fastest first; on a tie the order above (stock, then the simpler names, then +shared).
+    candidates.sort(key=lambda c: (not c.ranked, round(c.prediction.step_s, 9)))
     return candidates, rejected
 
 
@@ -116,10 +158,12 @@ def reason(candidates: list[Candidate], model: CostModel) -> str:
     """Why the first candidate is recommended, in one sentence, from the model's own terms."""
     best = candidates[0]
     stock = next((c for c in candidates if c.placement == STOCK), None)
+    if best.shared_rollout:
+        return _shared_reason(best, candidates, model)
     if not best.is_split:
         if not model.has_critic:
             return "the runs have no critic, so there is nothing to place apart from the actor (GRPO and the like)."
-        split = next((c for c in candidates if c.is_split), None)
+        split = next((c for c in candidates if c.is_split and not c.shared_rollout), None)
         if split is None or stock is None:
             return "no split placement fits this cluster."
         saved, lost = _trade(split, stock, model)
@@ -138,6 +182,31 @@ def reason(candidates: list[Candidate], model: CostModel) -> str:
         f"the critic's values and update take {stock.prediction.critic_busy_s:.2f} s of each stock step; beside "
         f"the actor they add only {_critic_extra(p, model):.2f} s, while the actor's side loses {lost:.2f} s on "
         f"{p.actor_gpus} instead of {stock.prediction.actor_gpus} GPUs."
+    )
+
+
+def _shared_reason(best: Candidate, candidates: list[Candidate], model: CostModel) -> str:
+    """Why a shared-rollout variant wins: what generation gains on the critic's GPUs, against what it costs."""
+    p = best.prediction
+    costs = p.shared
+    assert costs is not None and costs.push_s is not None  # only a ranked variant is recommended
+    a, c = p.actor_gpus, p.critic_gpus
+    gen_alone = model.lane_time("gen", a)
+    serial = model.lanes["gen"].serial_s if "gen" in model.lanes else 0.0
+    runner = next((cand for cand in candidates if not cand.shared_rollout), None)
+    versus = (
+        f"; {p.step_s:.2f} s per step against {runner.prediction.step_s:.2f} s for the best placement without it, "
+        f"{runner.name}"
+        if runner is not None
+        else ""
+    )
+    return (
+        f"with rollout replicas on the critic pool too, generation runs on all {a + c} GPUs: "
+        f"{p.phases['gen']:.2f} s instead of {gen_alone:.2f} s on the actor pool's {a} (at most gen x C/(A+C) = "
+        f"{gen_alone * c / (a + c):.2f} s could go; its serial part, the long tail, {serial:.2f} s, stays), for a "
+        f"weight push of {costs.push_s:.2f} s ({costs.push_basis}) and a critic offload of {costs.offload_s:.2f} s "
+        f"({costs.offload_basis}){versus}. This is the model's prediction only: shared rollout has not been "
+        "measured on GPUs by us, so check it with a run."
     )
 
 
@@ -166,7 +235,7 @@ def caveat(candidates: list[Candidate], step_cv: float) -> str | None:
     gap = candidates[1].prediction.step_s / candidates[0].prediction.step_s - 1.0
     if gap < step_cv:
         return (
-            f"the runner-up, {candidates[1].placement}, is predicted only {_pct(gap)} slower, within the runs' "
+            f"the runner-up, {candidates[1].name}, is predicted only {_pct(gap)} slower, within the runs' "
             f"step-to-step spread ({_pct(step_cv)}): measure both before choosing."
         )
     return None

@@ -50,6 +50,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Rollout tensor-parallel size: pools must hold whole replicas (default 1; with --profile, the job's).",
     )
+    shared = parser.add_argument_group(
+        "shared rollout: the +shared rows (rollout replicas on the critic pool too), what the runs do not measure"
+    )
+    shared.add_argument(
+        "--push-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="Seconds per step to push the actor's weights to the critic pool's rollout replicas (default: the runs' "
+        "split/shared_rollout_sync_s, else estimated from --model-params, else unknown and the rows are not ranked).",
+    )
+    shared.add_argument(
+        "--model-params",
+        type=_parameter_count,
+        default=None,
+        metavar="N",
+        help="The actor's parameter count (7e9, 7B, 500M), to estimate the push at an assumed bandwidth when no run "
+        "measured it.",
+    )
+    shared.add_argument(
+        "--critic-offload-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="Seconds per step to offload the critic's training state for generation and reload it, beyond what "
+        "the runs measured (default: assumed 0; verl's own critic offload, when on in the runs, is in their times).",
+    )
     parser.add_argument("--json", action="store_true", help="Print the runs, the model and the ranking as JSON.")
     parser.add_argument("--plot", metavar="FILE.png", help="Draw the predicted step time per placement, by phase.")
     profile = parser.add_argument_group("--profile: measure the job first")
@@ -75,10 +102,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _parameter_count(text: str) -> float:
+    """``7e9``, ``7B``, ``1.5b``, ``500M``: a parameter count."""
+    scale = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}.get(text[-1:].lower(), 1.0)
+    number = text[:-1] if scale != 1.0 else text
+    try:
+        count = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a parameter count (e.g. 7e9 or 7B)") from None
+    if not count > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive parameter count")
+    return count
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """Flags that make no sense together: AdviseError with what to do instead."""
     from verl_split.advise.runs import AdviseError
 
+    for flag, value in (("--push-s", args.push_s), ("--critic-offload-s", args.critic_offload_s)):
+        if value is not None and not 0 <= value < float("inf"):
+            raise AdviseError(f"{flag} {value}: give seconds, 0 or more.")
     if args.profile:
         return
     given = [flag for flag, value in (("--steps", args.steps), ("--out", args.out), ("--assets", args.assets)) if value]
@@ -105,7 +148,14 @@ def run(args: argparse.Namespace) -> int:
                 return code
         else:
             paths, rollout_tp = args.runs, args.rollout_tp or 1
-        advice = advise(paths, cluster, rollout_tp=rollout_tp)
+        advice = advise(
+            paths,
+            cluster,
+            rollout_tp=rollout_tp,
+            push_s=args.push_s,
+            model_params=args.model_params,
+            critic_offload_s=args.critic_offload_s,
+        )
     except VerlSplitError as exc:
         print(f"verl-split advise: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -13,8 +13,12 @@ Composition (HybridFlow's ``d_cost``, EuroSys'25 §6, with the overlaps verl-spl
 
       gen(A) + max([old_log_prob+ref](A), values(C)) + max(actor_update(A), critic_update(C)) + fixed
 
-  Generation runs on the actor pool only (rollout on both pools is not built), so the critic pool
-  idles through it. An overlap switched off (``VERL_SPLIT_OVERLAP``) turns its ``max`` into a sum.
+  Generation runs on the actor pool only, so the critic pool idles through it. An overlap switched off
+  (``VERL_SPLIT_OVERLAP``) turns its ``max`` into a sum.
+
+* split with shared rollout (rollout replicas on the critic pool too, :mod:`verl_split.advise.shared`)::
+
+      gen(A + C) + max(...) + max(...) + fixed + weight push + critic offload
 
 Scaling of each lane (one pool's work in one phase) with its pool's GPU count ``n``:
 ``t(n) = serial + parallel / n`` (Amdahl), fitted by least squares in ``1/n`` when the runs show the lane
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_split.advise.runs import LANE_POOL, LANES, Run
+from verl_split.advise.shared import SharedRolloutCosts
 
 #: The overlaps verl-split performs with ``VERL_SPLIT_OVERLAP=on`` (the default).
 OVERLAPS = frozenset({"updates", "prep"})
@@ -108,7 +113,8 @@ class CostModel:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "step": "gen + prep + updates + fixed; colocated phases add up, split pools take the maximum",
+            "step": "gen + prep + updates + fixed; colocated phases add up, split pools take the maximum; "
+            "shared rollout: gen on actor + critic GPUs, plus the weight push and the critic offload",
             "lane_time": "serial_s + parallel_s / pool GPUs",
             "lanes": {lane: model.to_json() for lane, model in self.lanes.items()},
             "fixed_s": self.fixed_s,
@@ -137,25 +143,42 @@ class Prediction:
     lanes: dict[str, float]
     step_s: float
     idle_share: dict[str, float]  # pool ('actor', 'critic'; one 'global' when colocated) -> share of the step
+    #: Set when the critic pool generates too (shared rollout): what that adds to the step, and why.
+    shared: SharedRolloutCosts | None = None
 
     @property
     def actor_busy_s(self) -> float:
+        """The actor pool's lanes (generation included)."""
         return sum(t for lane, t in self.lanes.items() if LANE_POOL[lane] == "actor")
 
     @property
     def critic_busy_s(self) -> float:
+        """The critic pool's own lanes (without shared rollout's generation)."""
         return sum(t for lane, t in self.lanes.items() if LANE_POOL[lane] == "critic")
 
 
 def predict(
-    model: CostModel, actor_gpus: int, critic_gpus: int, colocated: bool, overlaps: Collection[str] = OVERLAPS
+    model: CostModel,
+    actor_gpus: int,
+    critic_gpus: int,
+    colocated: bool,
+    overlaps: Collection[str] = OVERLAPS,
+    shared: SharedRolloutCosts | None = None,
 ) -> Prediction:
-    """The step's time on this layout (``critic_gpus`` is ignored when colocated: one pool)."""
+    """The step's time on this layout (``critic_gpus`` is ignored when colocated: one pool).
+
+    ``shared``: the critic pool generates too (a split only), at these push and offload costs.
+    """
     if colocated:
-        critic_gpus = actor_gpus
+        critic_gpus, shared = actor_gpus, None
     lanes = {
         lane: model.lane_time(lane, actor_gpus if LANE_POOL[lane] == "actor" else critic_gpus) for lane in model.lanes
     }
+    if shared is not None and "gen" in lanes:
+        # Every GPU generates. The lane's serial part (the long tail) stays: the saving is at most
+        # gen(A) x C / (A + C), reached only when generation scales linearly.
+        lanes["gen"] = model.lane_time("gen", actor_gpus + critic_gpus)
+    added = 0.0 if shared is None else shared.added_s
 
     def stage(actor_lane: str, critic_lane: str, overlap: str) -> float:
         a, c = lanes.get(actor_lane, 0.0), lanes.get(critic_lane, 0.0)
@@ -164,15 +187,19 @@ def predict(
     gen = lanes.get("gen", 0.0)
     prep = stage("actor_prep", "critic_prep", "prep")
     updates = stage("actor_update", "critic_update", "updates")
-    step = gen + prep + updates + model.fixed_s
-    phases = {"gen": gen, "reward": 0.0, "prep": prep, "adv": 0.0, "updates": updates, "other": model.fixed_s}
+    # The push and the offload run between the phases, on the critical path: they count in 'other'.
+    step = gen + prep + updates + model.fixed_s + added
+    other = model.fixed_s + added
+    phases = {"gen": gen, "reward": 0.0, "prep": prep, "adv": 0.0, "updates": updates, "other": other}
     actor_busy = sum(t for lane, t in lanes.items() if LANE_POOL[lane] == "actor")
     critic_busy = sum(t for lane, t in lanes.items() if LANE_POOL[lane] == "critic")
+    if shared is not None:
+        critic_busy += gen + shared.offload_s
     if colocated:
         idle = {"global": _idle(actor_busy + critic_busy, step)}
     else:
         idle = {"actor": _idle(actor_busy, step), "critic": _idle(critic_busy, step)}
-    return Prediction(actor_gpus, critic_gpus, colocated, phases, lanes, step, idle)
+    return Prediction(actor_gpus, critic_gpus, colocated, phases, lanes, step, idle, shared)
 
 
 def _idle(busy: float, step: float) -> float:

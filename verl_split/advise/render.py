@@ -9,6 +9,7 @@ from verl_split.advise.advice import Advice
 from verl_split.advise.candidates import STOCK
 from verl_split.advise.model import FIT_LINEAR
 from verl_split.advise.runs import LANE_MEANING, LANE_POOL, LANES
+from verl_split.advise.shared import TAG
 from verl_split.report import PHASE_COLORS
 
 WIDTH = 100
@@ -72,35 +73,71 @@ def render_text(advice: Advice) -> str:
         else:
             pools = f"{p.actor_gpus:>5} {p.critic_gpus:>6}"
             idle = f"{_pct(p.idle_share['actor']):>10} {_pct(p.idle_share['critic']):>11}"
-        name = cand.placement if len(cand.placement) <= 22 else cand.placement[:21] + "~"
+        name = cand.name if len(cand.name) <= 22 else cand.name[:21] + "~"
         out.append(
             f"  {i:>2} {name:<22} {pools} {p.phases['gen']:6.2f}s {p.phases['prep']:6.2f}s "
             f"{p.phases['updates']:6.2f}s {p.step_s:7.2f}s {cand.speedup_vs_stock:7.2f}x {idle}"
         )
     for cand in advice.candidates:
-        if len(cand.placement) > 22 or cand.same_prediction_as:
+        if len(cand.name) > 22 or cand.same_prediction_as:
             same = f" (same prediction: {', '.join(cand.same_prediction_as)})" if cand.same_prediction_as else ""
-            out.append(f"     {cand.placement}{same}")
+            out.append(f"     {cand.name}{same}")
+    out += _shared_rows(advice)
     if advice.rejected:
         out.append(f"  not possible here: {', '.join(name for name, _ in advice.rejected)} (--json says why)")
     out.append("")
 
     best = advice.recommended
-    out.append(f"recommended: split_placement.placement={best.placement}")
+    shared = " with split_placement.shared_rollout=true" if best.shared_rollout else ""
+    out.append(f"recommended: split_placement.placement={best.placement}{shared}")
     out += textwrap.wrap(f"because {advice.reason}", width=WIDTH, initial_indent="  ", subsequent_indent="  ")
     if advice.caveat:
         out += textwrap.wrap(f"but {advice.caveat}", width=WIDTH, initial_indent="  ", subsequent_indent="  ")
     if best.placement == STOCK:
         out.append("  use it: run without VERL_SPLIT (stock verl)")
     else:
+        env = " VERL_SPLIT_SHARED_ROLLOUT=1" if best.shared_rollout else ""
         out.append(
-            f"  use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='{best.placement}' python -m verl.trainer.main_ppo ..."
+            f"  use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='{best.placement}'{env} python -m verl.trainer.main_ppo ..."
         )
     for line in advice.assumptions:
         out += textwrap.wrap(f"assumed: {line}", width=WIDTH, subsequent_indent="  ")
     if advice.next_run:
         out += textwrap.wrap(f"to fit instead of assume: {advice.next_run}", width=WIDTH, subsequent_indent="  ")
     return "\n".join(out)
+
+
+def _shared_rows(advice: Advice) -> list[str]:
+    """What the +shared rows are, and the variants not ranked for want of a weight push."""
+    shared = advice.shared
+    if shared is None:
+        return []
+    out = textwrap.wrap(
+        f"{TAG}: the same split with rollout replicas on the critic pool too (VERL_SPLIT_SHARED_ROLLOUT=1), "
+        "generation on every GPU; predicted only, not measured on GPUs by us (see assumed: below)",
+        width=WIDTH,
+        initial_indent="  ",
+        subsequent_indent="    ",
+    )
+    if advice.unranked:
+        best = advice.recommended.name
+        could = [c for c in advice.unranked if advice.break_even_push_s(c) > 0]
+        out += textwrap.wrap(
+            f"{TAG} not ranked: the weight push is {shared.push_source}. "
+            + (f"Would beat {best} if the push took under:" if could else f"None would beat {best}, even free."),
+            width=WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+        for cand in could:
+            p = cand.prediction
+            out.append(
+                f"     {cand.name:<22} {p.actor_gpus:>5} {p.critic_gpus:>6} {p.phases['gen']:6.2f}s gen, "
+                f"{p.step_s:.2f}s + push: under {advice.break_even_push_s(cand):.2f} s"
+            )
+        if could and len(could) < len(advice.unranked):
+            out.append(f"    the other {len(advice.unranked) - len(could)} would not, even free (--json lists them)")
+    return out
 
 
 def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
@@ -112,10 +149,10 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
     from matplotlib.patches import Patch
 
     phases = (
-        ("gen", "generation (actor pool)"),
+        ("gen", f"generation (actor pool; {TAG}: every GPU)"),
         ("prep", "old_log_prob + ref, values"),
         ("updates", "actor and critic updates"),
-        ("other", "fixed: reward, advantages, weight sync, the rest"),
+        ("other", f"fixed: reward, advantages, weight sync, the rest ({TAG}: and the push, the offload)"),
     )
     candidates = advice.candidates
     fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 5.0))
@@ -134,6 +171,7 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
             fontsize=8,
         )
     labels = [c.placement if len(c.placement) <= 14 else c.placement.replace(";", ";\n") for c in candidates]
+    labels = [f"{label}\n{TAG}" if c.shared_rollout else label for label, c in zip(labels, candidates, strict=True)]
     labels = [f"{label}\n(stock)" if label == STOCK else label for label in labels]
     ax.set_xticks(range(len(candidates)))
     ax.set_xticklabels(labels, fontsize=7)

@@ -16,6 +16,12 @@ way, so the lanes come from verl-split's own ``split/*`` times there; in a stock
 Everything else in the step (reward, advantages, weight sync, the rest) is ``fixed``: the cost model
 treats it as independent of the placement. The first step (start-up, first allocations) is left out,
 as in :func:`verl_split.report.steady_steps`.
+
+A run with shared rollout (``VERL_SPLIT_SHARED_ROLLOUT=1``: rollout replicas on the critic pool too) logs
+``split/critic_pool_rollout_share``; when the critic pool generated a share of the sequences, the run's
+generation is counted on all its GPUs (actor pool + critic pool). Its weight push to the critic pool's
+replicas, ``split/shared_rollout_sync_s``, runs in verl's weight sync, outside the phases timed here, so it
+is taken out of the run's fixed part and kept apart: it is a cost of shared rollout, not of every layout.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ LANE_POOL = {name: pool for name, pool, _ in LANES}
 LANE_MEANING = {name: meaning for name, _, meaning in LANES}
 #: The phases of :func:`verl_split.report.phase_times` that the cost model holds fixed.
 FIXED_PHASES = ("reward", "adv", "other")
+#: Shared rollout's metrics: the share of sequences the critic pool generated, the weight push's seconds.
+ROLLOUT_SHARE = "split/critic_pool_rollout_share"
+PUSH_S = "split/shared_rollout_sync_s"
 
 _FILE_LOGGER_HINT = (
     "advise reads the per-step metrics verl's file logger writes: run with trainer.logger='[console,file]' "
@@ -90,15 +99,26 @@ class Run:
     fixed: Spread
     step: Spread
     notes: tuple[str, ...] = field(default=())
+    #: Shared rollout: the share of sequences the critic pool generated, and the weight push to its replicas.
+    rollout_share: Spread | None = None
+    push: Spread | None = None
+
+    @property
+    def shared_rollout(self) -> bool:
+        """The critic pool generated too: the run's generation ran on all its GPUs."""
+        return not self.colocated and self.rollout_share is not None and self.rollout_share.mean > 0
 
     def gpus_of(self, lane: str) -> int:
+        if lane == "gen" and self.shared_rollout:
+            return self.actor_gpus + self.critic_gpus
         return self.actor_gpus if LANE_POOL[lane] == "actor" else self.critic_gpus
 
     @property
     def layout(self) -> str:
         if self.colocated:
             return f"one pool of {self.actor_gpus}" + ("" if self.split_metrics else " (stock)")
-        return f"{self.actor_gpus} actor + {self.critic_gpus} critic"
+        shared = ", shared rollout" if self.shared_rollout else ""
+        return f"{self.actor_gpus} actor + {self.critic_gpus} critic{shared}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +130,9 @@ class Run:
             "lanes_s": {name: spread.to_json() for name, spread in self.lanes.items()},
             "fixed_s": self.fixed.to_json(),
             "step_s": self.step.to_json(),
+            "shared_rollout": self.shared_rollout,
+            "critic_pool_rollout_share": None if self.rollout_share is None else self.rollout_share.to_json(),
+            "shared_rollout_sync_s": None if self.push is None else self.push.to_json(),
             "notes": list(self.notes),
         }
 
@@ -198,6 +221,19 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
             "advise needs the timing_s/* metrics of verl's PPO trainer."
         )
     times = [phase_times(step) for step in steady]
+    shares = [v for v in (_number(step.get(ROLLOUT_SHARE)) for step in steady) if v is not None]
+    pushes = [_number(step.get(PUSH_S)) for step in steady]
+    measured_pushes = [push for push in pushes if push is not None]
+    # The push ran in verl's weight sync, which phase_times counts in 'other': out of the fixed part.
+    fixed = [sum(t[p] for p in FIXED_PHASES) - (push or 0.0) for t, push in zip(times, pushes, strict=True)]
+    rollout_share = Spread.of(shares) if shares else None
+    if rollout_share is not None and rollout_share.mean > 0 and not colocated:
+        even = critic_gpus / (actor_gpus + critic_gpus)
+        notes.append(
+            f"shared rollout: the critic pool generated {100 * rollout_share.mean:.0f} % of the sequences "
+            f"({100 * even:.0f} % would be an even spread over the GPUs); its generation counts as on all "
+            f"{actor_gpus + critic_gpus} GPUs"
+        )
     return Run(
         path=name,
         actor_gpus=actor_gpus,
@@ -207,9 +243,11 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         steps=tuple(int(step["step"]) for step in steady),
         first_step=int(steps[0]["step"]),
         lanes={lane: Spread.of(values) for lane, values in per_lane.items() if values},
-        fixed=Spread.of([sum(t[p] for p in FIXED_PHASES) for t in times]),
+        fixed=Spread.of([max(value, 0.0) for value in fixed]),
         step=Spread.of([t["step"] for t in times]),
         notes=tuple(notes),
+        rollout_share=rollout_share,
+        push=Spread.of(measured_pushes) if measured_pushes else None,
     )
 
 
