@@ -10,6 +10,7 @@ per-step metrics verl's ``file`` logger wrote.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from verl_split.assets import TinyAssets, make_tiny_assets
-from verl_split.dry_run import run_environment
+from verl_split.dry_run import dry_run_overrides, run_environment
 from verl_split.proc_memory import TreeMemorySampler
 from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
@@ -114,3 +115,38 @@ def run_main_ppo(
 def main_ppo_runner():
     """The :func:`run_main_ppo` helper, for tests that prefer a fixture to an import."""
     return run_main_ppo
+
+
+#: The worker-side test plugin (tests/plugins/slow_updates.py), loaded through verl's VERL_USE_EXTERNAL_MODULES.
+PLUGINS = str(Path(__file__).resolve().parent / "plugins")
+
+
+def plugin_env(out: Path, **env: str) -> dict[str, str]:
+    """This environment without the caller's VERL_SPLIT* / SLOW_*, plus ``env`` and the test plugin, which logs
+    where and when the workers ran each update and preparation call to ``out/updates.jsonl``."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES", "SLOW_PREP"))},
+        **env,
+        "PYTHONPATH": os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
+        "VERL_USE_EXTERNAL_MODULES": "slow_updates",
+        "SLOW_UPDATES_LOG": str(out / "updates.jsonl"),
+    }
+
+
+#: Steps of the split-halves run shared by several e2e files.
+HALVES_STEPS = 2
+
+
+def halves_overrides(tiny_assets: TinyAssets, out: Path) -> list[str]:
+    return dry_run_overrides(tiny_assets, HALVES_STEPS, "gae", None, out, n_gpus_per_node=2)
+
+
+@pytest.fixture(scope="session")
+def halves_split_run(tiny_assets, tmp_path_factory) -> tuple[Path, PPORun]:
+    """One 2-step GAE dry run with ``VERL_SPLIT=1``, placement ``halves`` on 2 logical GPUs and the test plugin
+    logging: test_split_placement_e2e checks its layout, test_shared_rollout_e2e compares shared rollout with it."""
+    out = tmp_path_factory.mktemp("split_halves")
+    run = run_main_ppo(
+        halves_overrides(tiny_assets, out), out, env=plugin_env(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves")
+    )
+    return out, run

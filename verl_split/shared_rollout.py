@@ -218,15 +218,24 @@ class BothPoolsCheckpointManager:
         pending = getattr(self._trainer, "_pending_sync_metrics", None) or {}
         self._trainer._pending_sync_metrics = {**pending, **metrics}
 
+    def _on_shared(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a call on the critic pool's replicas; a failure stops the run naming them."""
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            dead = _dead_replicas(self.shared.replicas)
+            which = f"replica(s) {dead} died" if dead else "a replica failed"
+            raise SharedRolloutError(
+                f"shared rollout: {what} on the critic pool's rollout replicas: {which} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). verl has no health checks "
+                "for rollout servers, so the run stops here instead of routing requests to a dead one. Look for the "
+                "replica's own error above (e.g. out of memory beside the critic), then resume from the last "
+                "checkpoint, with shared rollout off if it recurs."
+            ) from exc
+
     def update_weights(self, global_steps: int | None = None) -> Any:
         started = time.perf_counter()
-        try:
-            self.shared.update_weights(global_steps)
-        except Exception as exc:
-            raise SharedRolloutError(
-                f"shared rollout: pushing the actor's weights (step {global_steps}) to the rollout replicas on the "
-                f"critic pool failed: {type(exc).__name__}: {exc}"
-            ) from exc
+        self._on_shared(f"pushing the actor's weights of step {global_steps}", self.shared.update_weights, global_steps)
         self._pending({SYNC_METRIC: time.perf_counter() - started})
         return self.hybrid.update_weights(global_steps)
 
@@ -236,8 +245,8 @@ class BothPoolsCheckpointManager:
 
     def sleep_replicas(self) -> None:
         self.hybrid.sleep_replicas()
-        self.shared.sleep_replicas()
-        # The trainer sleeps the replicas right after generation (PPOTrainerSync.on_sample_end).
+        # After generation (PPOTrainerSync.on_sample_end): a replica that died while generating shows here.
+        self._on_shared("putting to sleep after generation", self.shared.sleep_replicas)
         routed = self.take_routed()
         total = sum(routed.values())
         if total:
@@ -246,20 +255,31 @@ class BothPoolsCheckpointManager:
 
     def wake_up_replicas(self) -> None:
         self.hybrid.wake_up_replicas()
-        self.shared.wake_up_replicas()
+        self._on_shared("waking up", self.shared.wake_up_replicas)
 
     def abort_replicas(self, reject_request: bool = False) -> None:
         self.hybrid.abort_replicas(reject_request=reject_request)
-        self.shared.abort_replicas(reject_request=reject_request)
+        self._on_shared("aborting requests", self.shared.abort_replicas, reject_request=reject_request)
 
     def resume_generation_replicas(self) -> None:
         self.hybrid.resume_generation_replicas()
-        self.shared.resume_generation_replicas()
+        self._on_shared("resuming generation", self.shared.resume_generation_replicas)
 
     def release_kv_cache_replicas(self) -> None:
         self.hybrid.release_kv_cache_replicas()
-        self.shared.release_kv_cache_replicas()
+        self._on_shared("releasing the KV cache", self.shared.release_kv_cache_replicas)
 
     def resume_kv_cache_replicas(self) -> None:
         self.hybrid.resume_kv_cache_replicas()
-        self.shared.resume_kv_cache_replicas()
+        self._on_shared("restoring the KV cache", self.shared.resume_kv_cache_replicas)
+
+
+def _dead_replicas(replicas: list[Any], timeout_s: float = 10.0) -> list[int]:
+    """Ranks of the replicas with a server that no longer answers."""
+    dead = []
+    for replica in replicas:
+        try:
+            ray.get([server.__ray_ready__.remote() for server in replica.servers], timeout=timeout_s)
+        except Exception:
+            dead.append(replica.replica_rank)
+    return dead

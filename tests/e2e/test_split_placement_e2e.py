@@ -9,7 +9,6 @@ each pool in its own placement group pinned to its planned node.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,13 @@ from verl_split.dry_run import dry_run_overrides
 pytestmark = pytest.mark.e2e
 
 STEPS = 2
-PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 
 
 def where_updates_ran(out: Path, **env: str) -> dict[str, str]:
     """Environment that loads the test plugin logging, from inside the workers, where each update ran."""
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES"))},
-        **env,
-        "PYTHONPATH": os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
-        "VERL_USE_EXTERNAL_MODULES": "slow_updates",
-        "SLOW_UPDATES_LOG": str(out / "updates.jsonl"),
-    }
+    from conftest import plugin_env
+
+    return plugin_env(out, **env)
 
 
 def update_sites(out: Path) -> dict[str, set[tuple[int, str]]]:
@@ -43,13 +37,10 @@ def update_sites(out: Path) -> dict[str, set[tuple[int, str]]]:
     return sites
 
 
-def test_ppo_gae_split_halves(tiny_assets, tmp_path):
-    from conftest import run_main_ppo
+def test_ppo_gae_split_halves(halves_split_run):
+    from conftest import HALVES_STEPS
 
-    out = tmp_path / "split"
-    overrides = dry_run_overrides(tiny_assets, STEPS, "gae", None, out, n_gpus_per_node=2)
-    out.mkdir(parents=True)
-    run = run_main_ppo(overrides, out, env=where_updates_ran(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves"))
+    out, run = halves_split_run  # shared with test_shared_rollout_e2e.py (tests/conftest.py)
     run.assert_ok()
     sites = update_sites(out)
     (actor_pid, actor_pg), (critic_pid, critic_pg) = sites["actor"].pop(), sites["critic"].pop()
@@ -60,7 +51,7 @@ def test_ppo_gae_split_halves(tiny_assets, tmp_path):
     assert "Pinned resource pool actor_rollout_ref_pool to plan nodes [0]" in run.log
     assert "Pinned resource pool critic_pool to plan nodes [0]" in run.log
     assert "Creating resource pool: global_pool" not in run.log
-    assert [m["step"] for m in run.metrics] == list(range(1, STEPS + 1))
+    assert [m["step"] for m in run.metrics] == list(range(1, HALVES_STEPS + 1))
     for key in ("critic/vf_loss", "actor/pg_loss"):
         run.assert_finite(key)
 

@@ -18,6 +18,8 @@ Environment (``PHASE`` is ``UPDATES`` or ``PREP``):
 - ``SLOW_{PHASE}_SLEEP``: seconds to sleep at the start of each call of that phase (default 0).
 - ``SLOW_{PHASE}_FAIL``: ``critic`` or ``actor``: raise inside that role's call of that phase.
 - ``SLOW_{PHASE}_KILL``: ``critic`` or ``actor``: kill that worker's process in that call.
+- ``SLOW_ROLLOUT_KILL``: ``<replica rank>@<step>``: with shared rollout, kill that replica's CPU
+  rollout server right after the trainer pushed it the weights of that step.
 """
 
 from __future__ import annotations
@@ -91,3 +93,31 @@ def _patch_legacy(module):
     actor.compute_log_prob = _instrument("prep", "actor", actor.compute_log_prob)
     actor.compute_ref_log_prob = _instrument("prep", "actor", actor.compute_ref_log_prob)
     critic.compute_values = _instrument("prep", "critic", critic.compute_values)
+
+
+# Shared rollout (tests/e2e/test_shared_rollout_e2e.py): SLOW_ROLLOUT_KILL=<replica rank>@<step> kills
+# that replica's rollout server right after the trainer pushed it the weights of that step, so the
+# next step's generation meets a dead server, as after a crash between two steps. Done in the
+# trainer: where verl loads this plugin while the server's own module is half-imported, that
+# module cannot be patched yet.
+@wrapt.when_imported("verl_split.shared_rollout")
+def _patch_shared_rollout(module):
+    knob = os.environ.get("SLOW_ROLLOUT_KILL")
+    # Only the trainer's process: in the balancer's, verl loads this plugin while the module is half-imported.
+    if not knob or not hasattr(module, "BothPoolsCheckpointManager"):
+        return
+    rank, step = (int(part) for part in knob.split("@"))
+    original = module.BothPoolsCheckpointManager.update_weights
+
+    def update_weights(self, global_steps=None):
+        result = original(self, global_steps)
+        if global_steps == step:
+            import ray
+
+            from verl_split.cpu.rollout import server_name
+
+            ray.kill(ray.get_actor(server_name(rank)))
+            _log({"phase": "rollout", "killed": server_name(rank), "after_push_of_step": step, "at": time.time()})
+        return result
+
+    module.BothPoolsCheckpointManager.update_weights = update_weights

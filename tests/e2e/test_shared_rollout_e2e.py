@@ -1,0 +1,113 @@
+"""Rollout on both pools ("shared rollout"), end to end: stock ``main_ppo`` on CPU with ``VERL_SPLIT=1``
+and ``VERL_SPLIT_SHARED_ROLLOUT=1``, placement ``halves`` on 2 logical GPUs (one per pool).
+
+verl 0.9's v1 trainer (its default). Stand-ins, as in every CPU dry run: verl-split's CPU rollout
+(Hugging Face ``generate`` for vLLM) and its object-store checkpoint engine for verl's NCCL one
+(``verl_split/cpu/weight_transfer.py``), which runs verl's whole weight-push protocol. The run
+without shared rollout it is compared with is the shared split-halves run (tests/conftest.py):
+same job, same seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import HALVES_STEPS, halves_overrides, plugin_env, run_main_ppo
+
+from verl_split import compat
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not compat.verl_in(compat.SHARED_ROLLOUT), reason="shared rollout is on verl 0.9's v1 trainer only"
+    ),
+]
+
+#: Losses of the same job with and without shared rollout: verl's v1 trainer moves the batch through
+#: TransferQueue, whose float sums vary at this level between any two runs (test_overlap_e2e.py).
+TOLERANCE = 1e-5
+#: The dry run's rollout-vs-actor probability gap: the two compute the same log-probs on the CPU.
+PROB_GAP = 1e-6
+
+
+def run_shared(tiny_assets, out: Path, **env: str):
+    environment = plugin_env(
+        out,
+        VERL_SPLIT="1",
+        VERL_SPLIT_PLACEMENT="halves",
+        VERL_SPLIT_SHARED_ROLLOUT="1",
+        RAY_DEDUP_LOGS="0",  # every replica's own log lines, not Ray's "[repeated 3x across cluster]"
+        **env,
+    )
+    return run_main_ppo(halves_overrides(tiny_assets, out), out, env=environment)
+
+
+@pytest.fixture(scope="module")
+def shared_run(tiny_assets, tmp_path_factory):
+    out = tmp_path_factory.mktemp("shared_rollout")
+    return out, run_shared(tiny_assets, out)
+
+
+def log_lines(log: str, pattern: str) -> list[re.Match]:
+    return list(re.finditer(pattern, log))
+
+
+def test_both_pools_generate_every_step(shared_run):
+    _, run = shared_run
+    run.assert_ok()
+    assert "shared rollout: 1 rollout replica(s) on the critic pool (replica ranks [1]" in run.log
+    assert "checkpoint engine 'verl_split_cpu'" in run.log
+    assert [m["step"] for m in run.metrics] == list(range(1, HALVES_STEPS + 1))
+    # The balancer routed requests to both pools in every step (one server per pool here).
+    shares = run.series("split/critic_pool_rollout_share")
+    assert len(shares) == HALVES_STEPS and all(0.0 < s < 1.0 for s in shares), shares
+    # ... and each server says so itself: step k generates with the weights pushed after step k-1.
+    for step in range(1, HALVES_STEPS + 1):
+        for replica in (0, 1):
+            assert f"replica {replica} generates with the weights of step {step - 1}" in run.log, (replica, step)
+
+
+def test_every_replica_gets_every_step_s_weights(shared_run):
+    _, run = shared_run
+    run.assert_ok()
+    # The hybrid replica (0) gets them in-process (naive), the critic pool's (1) through the checkpoint engine,
+    # once at start-up (step 0) and after every step's update.
+    for step in range(0, HALVES_STEPS + 1):
+        for replica in (0, 1):
+            assert re.search(rf"replica {replica} loaded \d+ tensors \(step {step}\)", run.log), (replica, step)
+    pushes = run.series("split/shared_rollout_sync_s")
+    assert len(pushes) == HALVES_STEPS and all(0.0 < s < 30.0 for s in pushes), pushes
+    # Sequences generated on the critic pool were sampled with the actor's current weights: verl's
+    # rollout-vs-actor probability gap stays at the dry run's ~1e-9 (it covers every sequence of the step).
+    gaps = run.series("training/rollout_probs_diff_max")
+    assert len(gaps) == HALVES_STEPS and max(gaps) < PROB_GAP, gaps
+
+
+def test_same_numbers_as_without_shared_rollout(shared_run, halves_split_run):
+    """The CPU rollout seeds each sample from its prompt and the weights' step, not from the replica,
+    so the sampling is the same wherever a request lands: the losses are those of the run without."""
+    _, shared = shared_run
+    _, plain = halves_split_run
+    shared.assert_ok()
+    plain.assert_ok()
+    assert "split/critic_pool_rollout_share" not in plain.metrics[0]
+    for key in ("critic/vf_loss", "actor/pg_loss", "critic/vpred_mean", "critic/returns/mean", "response_length/mean"):
+        assert shared.series(key) == pytest.approx(plain.series(key), rel=TOLERANCE, abs=TOLERANCE), key
+
+
+def test_a_replica_that_dies_ends_the_run_with_a_clear_error(tiny_assets, tmp_path):
+    """The critic pool's server is killed right after it got step 1's weights (test plugin
+    ``SLOW_ROLLOUT_KILL``): step 2's generation meets a dead server. verl's agent loop logs the
+    failed requests; the run must stop with verl-split's error naming the replica, not hang."""
+    out = tmp_path / "killed"
+    out.mkdir()
+    run = run_shared(tiny_assets, out, SLOW_ROLLOUT_KILL="1@1")
+    assert run.returncode != 0
+    killed = [json.loads(line) for line in (out / "updates.jsonl").read_text().splitlines() if "killed" in line]
+    assert killed and killed[0]["after_push_of_step"] == 1
+    assert "SharedRolloutError: shared rollout:" in run.log
+    assert "on the critic pool's rollout replicas: replica(s) [1] died" in run.log
+    assert [m["step"] for m in run.metrics] == [1]  # step 1 completed and was logged; nothing after
