@@ -81,6 +81,7 @@ PATCHED: dict[str, set[str]] = {
         _V1_TRAINER + m
         for m in ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values", "_init_resource_pool_mgr")
         + ("_update_actor", "_update_critic")
+        + ("_setup", "_validate")  # shared rollout (off unless asked for; the wrappers then call verl straight)
     },
 }
 
