@@ -1,17 +1,19 @@
-"""Benchmark: the whole PPO step four ways, side by side, on real verl workers on CPU (no GPU used or needed).
+"""Benchmark: the whole PPO step five ways, side by side, on real verl workers on CPU (no GPU used or needed).
 
 One invocation runs the same CPU dry-run PPO job (``verl_split.dry_run.dry_run_overrides``: GAE with a critic,
 a reference policy for the KL loss, 2 logical GPUs, verl's ``trainer.use_v1`` by default, ``--trainer v0``
-for ``RayPPOTrainer``) in four configurations:
+for ``RayPPOTrainer``) in five configurations:
 
 - ``stock``: ``VERL_SPLIT`` unset, every role on both logical GPUs (data parallel over 2 workers);
 - ``split sequential``: ``VERL_SPLIT=1 VERL_SPLIT_OVERLAP=off``, actor+rollout+ref on one logical GPU,
   the critic on the other, every phase one after the other;
 - ``split + updates``: ``VERL_SPLIT_OVERLAP=updates``, the actor and critic updates at once;
-- ``split + all``: ``VERL_SPLIT_OVERLAP=on``, also the critic's values beside old_log_prob + ref.
+- ``split + all``: ``VERL_SPLIT_OVERLAP=on``, also the critic's values beside old_log_prob + ref;
+- ``split + all + shared``: the same with ``VERL_SPLIT_SHARED_ROLLOUT=1``, a rollout replica on the critic's
+  logical GPU too (v1 trainer only: ``--trainer v0`` leaves it out).
 
 Each repetition (``--repeats``) first measures the machine's parallel ceiling (``ceiling.py``: two bare
-torch processes with the workers' thread settings, at once and one after the other), then runs the four
+torch processes with the workers' thread settings, at once and one after the other), then runs the
 configurations, in an order rotated by one per repetition so that drift hits them equally. A run's
 value is its mean over steps 2..N (step 1 pays one-off costs); tables show median [min-max] across the
 repetitions. Run from the repository root on an otherwise idle machine (``make`` set-up done):
@@ -71,7 +73,10 @@ CONFIGS = (
     ("sequential", "split sequential", "1", "off"),
     ("updates", "split + updates", "1", "updates"),
     ("all", "split + all", "1", "on"),
+    ("shared", "split + all + shared", "1", "on"),
 )
+#: Configurations that also generate on the critic pool (VERL_SPLIT_SHARED_ROLLOUT=1).
+SHARED_ROLLOUT = {"shared"}
 TITLES = {key: title for key, title, _, _ in CONFIGS}
 #: Which run measures which overlapped phase, against the split sequential run.
 OVERLAPPED = (("updates", "updates"), ("updates", "all"), ("prep", "all"))
@@ -136,6 +141,8 @@ def run_job(assets, work: Workload, key: str, out: Path, steps: int) -> list[dic
     )
     if split:
         env.update(VERL_SPLIT=split, VERL_SPLIT_OVERLAP=overlap, VERL_SPLIT_TRACE=str(out / "timeline.json"))
+    if key in SHARED_ROLLOUT:
+        env.update(VERL_SPLIT_SHARED_ROLLOUT="1")
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("phase_log.jsonl", "timeline.json"):
         (out / stale).unlink(missing_ok=True)
@@ -237,6 +244,8 @@ def phase_rows(reps: list[dict], target: dict[str, float]) -> list[dict]:
 def step_rows(reps: list[dict]) -> list[dict]:
     rows = []
     for key, title, _, _ in CONFIGS:
+        if key not in reps[0]["metrics"]:
+            continue
         means = [report.mean_phases(rep["metrics"][key]) for rep in reps]
         row = {"kind": "step", "phase": "step", "config": title}
         row["phases_s"] = {p: stats([m[p] for m in means]) for p in (*report.PHASES, "step")}
@@ -247,8 +256,13 @@ def step_rows(reps: list[dict]) -> list[dict]:
     return rows
 
 
+def steady_mean(rep: dict, key: str, metric: str) -> float:
+    """A metric's mean over a run's steps 2..N, as the tables average them."""
+    return statistics.mean(float(m.get(metric, 0.0)) for m in report.steady_steps(rep["metrics"][key]))
+
+
 def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
-    keys = [key for key, *_ in CONFIGS]
+    keys = [key for key, *_ in CONFIGS if key in reps[0]["metrics"]]
     means = {key: [report.mean_phases(rep["metrics"][key]) for rep in reps] for key in keys}
     shown = [p for p in report.PHASES if any(m[p] >= report.MIN_PHASE_S for ms in means.values() for m in ms)]
     print(f"\nwall time per phase, s: median [min-max] of {len(reps)} repetitions, each the mean of steps 2..N")
@@ -260,6 +274,13 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
         against = [b for b in ("sequential", "stock") if row["config"] != TITLES[b]]
         ups = [f"{cell_of(row[f'speedup_vs_{b}'])}x against {TITLES[b]}" for b in against]
         print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
+    for key in (k for k in keys if k in SHARED_ROLLOUT):
+        share = [steady_mean(rep, key, "split/critic_pool_rollout_share") for rep in reps]
+        push = [steady_mean(rep, key, "split/shared_rollout_sync_s") for rep in reps]
+        print(
+            f"{TITLES[key]}: requests generated on the critic pool {cell(share)}, weight push {cell(push, '.3f')} s "
+            "per step (median [min-max])"
+        )
     print("\nlanes in the split sequential run (s), and the overlap: median [min-max]")
     head = (
         f"{'phase':<8}{'overlap in':>17}{'actor':>7}{'critic':>7}{'ratio':>8}{'ideal':>7}{'wall seq':>9}"
@@ -281,7 +302,7 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="repetitions of the four runs (default %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions of the runs (default %(default)s)")
     parser.add_argument("--steps", type=int, default=4, help="PPO steps per run; step 1 is not averaged")
     parser.add_argument("--trainer", choices=("v1", "v0"), default="v1", help="verl trainer (default %(default)s)")
     parser.add_argument("--batch", type=int, default=128, help="prompts per step, one mini-batch (default %(default)s)")
@@ -315,12 +336,14 @@ def main() -> int:
     )
     print(f"calibrating in {work_dir} ...", file=sys.stderr, flush=True)
     work, found = calibrate(assets, work, work_dir / "calibration", args.update_ratio, args.prep_ratio)
+    # Shared rollout runs on verl 0.9's v1 trainer only (verl-split refuses it on RayPPOTrainer).
+    configs = [c for c in CONFIGS if args.trainer == "v1" or c[0] not in SHARED_ROLLOUT]
     iterations = ceiling.iterations_for(args.ceiling_seconds) if args.repeats else 0
     reps = []
     for i in range(args.repeats):
         rep = {"ceiling": ceiling.measure(iterations), "metrics": {}, "out": {}}
         print(f"repetition {i + 1}/{args.repeats}: ceiling {rep['ceiling'].ceiling:.2f}", file=sys.stderr, flush=True)
-        order = CONFIGS[i % len(CONFIGS) :] + CONFIGS[: i % len(CONFIGS)]
+        order = configs[i % len(configs) :] + configs[: i % len(configs)]
         for key, *_ in order:
             rep["out"][key] = work_dir / f"rep{i + 1}" / key
             rep["metrics"][key] = run_job(assets, work, key, rep["out"][key], args.steps)
