@@ -19,7 +19,8 @@ through generation, usually the longest phase (verl issue 977). With shared roll
    ``CheckpointEngineManager`` for them, beside verl's ``naive`` one for the hybrid replicas,
    behind :class:`BothPoolsCheckpointManager`, which the trainer uses as its
    ``checkpoint_manager``. The push runs first (on GPUs the hybrid replicas still sleep
-   then, leaving the actor's memory to the transfer buffers). Its engine is the config's
+   then, leaving the actor's memory to the transfer buffers), into replicas woken just before
+   it; after generation they sleep with the hybrid ones. Its engine is the config's
    ``checkpoint_engine.backend``: ``nccl`` on GPUs when left ``naive``, verl-split's object-store
    engine in the CPU dry run (``verl_split/cpu/weight_transfer.py``).
 
@@ -235,6 +236,10 @@ class BothPoolsCheckpointManager:
 
     def update_weights(self, global_steps: int | None = None) -> Any:
         started = time.perf_counter()
+        # Wake first: verl's colocated replicas sleep at level 1 and a wake-up restores the weights they had
+        # (verl/workers/rollout/vllm_rollout/vllm_async_server.py sleep/wake_up), so the new weights must come
+        # after it. Nothing else wakes them: verl's naive sync wakes only the hybrid replicas, in the actor.
+        self._on_shared("waking up for the weight push", self.shared.wake_up_replicas)
         self._on_shared(f"pushing the actor's weights of step {global_steps}", self.shared.update_weights, global_steps)
         self._pending({SYNC_METRIC: time.perf_counter() - started})
         return self.hybrid.update_weights(global_steps)
