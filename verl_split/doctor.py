@@ -47,7 +47,8 @@ def collect_report() -> dict[str, Any]:
         report["problems"].append(str(exc))
     try:
         wanted = settings.read()
-        report["settings"] = {k: getattr(wanted, k) for k in ("enabled", "placement", "overlap", "shared_rollout", "cpu", "trace_path")}
+        shown = ("enabled", "placement", "overlap", "shared_rollout", "cpu", "trace_path")
+        report["settings"] = {k: getattr(wanted, k) for k in shown}
     except VerlSplitError as exc:
         report["problems"].append(str(exc))
         return report

@@ -37,7 +37,6 @@ is verl's own (``critic.fsdp.param_offload`` / ``optimizer_offload``), not set h
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import Counter
 from typing import Any
@@ -48,8 +47,6 @@ from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalReques
 
 from verl_split.errors import VerlSplitError
 from verl_split.pools import announce
-
-logger = logging.getLogger("verl_split.shared_rollout")
 
 SHARE_METRIC = "split/critic_pool_rollout_share"
 SYNC_METRIC = "split/shared_rollout_sync_s"

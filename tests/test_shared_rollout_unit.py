@@ -1,0 +1,191 @@
+"""Fast tests of shared rollout's coordination (verl_split/shared_rollout.py).
+
+Fakes of verl's two checkpoint managers, on purpose: they record the calls the trainer's
+``checkpoint_manager`` passes on, in order, so these tests check our logic -- which manager gets
+which call and when, the metrics, how a failure is named -- in milliseconds. The load balancer is
+verl's own class, used as a plain object (verl wraps it in ``ray.remote`` itself). The real runs
+are in ``tests/e2e/test_shared_rollout_e2e.py``. No Ray, no verl trainer, no subprocess.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from verl_split import compat
+
+if not compat.verl_in(compat.SHARED_ROLLOUT):
+    pytest.skip("shared rollout is built on verl 0.9's load balancer and managers", allow_module_level=True)
+
+from verl_split import shared_rollout  # noqa: E402
+from verl_split.shared_rollout import (  # noqa: E402
+    BothPoolsCheckpointManager,
+    CountingLoadBalancer,
+    SharedRolloutError,
+)
+
+pytestmark = pytest.mark.unit
+
+
+class FakeManager:
+    """verl's CheckpointEngineManager as the trainer sees it: records every call in a shared journal."""
+
+    def __init__(self, name: str, journal: list, replicas: list, fail: str | None = None) -> None:
+        self.name, self.journal, self.replicas, self.fail = name, journal, replicas, fail
+        self.backend = "naive" if name == "hybrid" else "verl_split_cpu"
+
+    def _call(self, method: str, *args):
+        self.journal.append((self.name, method, *args))
+        if method == self.fail:
+            raise RuntimeError(f"{self.name} {method} broke")
+
+    def update_weights(self, global_steps=None):
+        self._call("update_weights", global_steps)
+        return "hybrid-result" if self.name == "hybrid" else {}
+
+    def sleep_replicas(self):
+        self._call("sleep_replicas")
+
+    def wake_up_replicas(self):
+        self._call("wake_up_replicas")
+
+    def abort_replicas(self, reject_request=False):
+        self._call("abort_replicas", reject_request)
+
+    def resume_generation_replicas(self):
+        self._call("resume_generation_replicas")
+
+    def release_kv_cache_replicas(self):
+        self._call("release_kv_cache_replicas")
+
+    def resume_kv_cache_replicas(self):
+        self._call("resume_kv_cache_replicas")
+
+
+class FakeBalancer:
+    """The counting balancer's ``take_routed`` as a Ray handle offers it (``.remote()``)."""
+
+    def __init__(self, routed: dict[str, int]) -> None:
+        self.routed = routed
+        self.take_routed = SimpleNamespace(remote=self._take)
+
+    def _take(self):
+        routed, self.routed = self.routed, {}
+        return routed
+
+
+def replica(rank: int, address: str):
+    return SimpleNamespace(replica_rank=rank, server_address=address, servers=[])
+
+
+@pytest.fixture
+def both(monkeypatch):
+    monkeypatch.setattr(shared_rollout.ray, "get", lambda value, **_: value)  # the fakes answer directly
+    monkeypatch.setattr(shared_rollout, "_dead_replicas", lambda replicas: [r.replica_rank for r in replicas])
+    journal: list = []
+    trainer = SimpleNamespace()
+    hybrid = FakeManager("hybrid", journal, [replica(0, "cpu-rollout-0")])
+    shared = FakeManager("shared", journal, [replica(1, "cpu-rollout-1")])
+    balancer = FakeBalancer({"cpu-rollout-0": 6, "cpu-rollout-1": 2})
+    return SimpleNamespace(
+        trainer=trainer,
+        journal=journal,
+        shared=shared,
+        manager=BothPoolsCheckpointManager(trainer, hybrid, shared, balancer),
+        balancer=balancer,
+    )
+
+
+def test_the_push_wakes_then_fills_the_critic_pool_replicas_before_the_stock_sync(both):
+    assert both.manager.update_weights(3) == "hybrid-result"
+    assert both.journal == [
+        ("shared", "wake_up_replicas"),
+        ("shared", "update_weights", 3),
+        ("hybrid", "update_weights", 3),
+    ]
+    push = both.trainer._pending_sync_metrics[shared_rollout.SYNC_METRIC]
+    assert 0.0 <= push < 1.0
+
+
+def test_after_generation_both_sleep_and_the_share_is_the_critic_pool_s_requests(both):
+    both.manager.sleep_replicas()
+    assert both.journal == [("hybrid", "sleep_replicas"), ("shared", "sleep_replicas")]
+    assert both.trainer._pending_sync_metrics == {shared_rollout.SHARE_METRIC: 2 / 8}
+    both.manager.sleep_replicas()  # nothing routed since: no share, the last one stays pending
+    assert both.trainer._pending_sync_metrics == {shared_rollout.SHARE_METRIC: 2 / 8}
+
+
+def test_the_metrics_join_what_verl_already_has_pending(both):
+    both.trainer._pending_sync_metrics = {"delta/changed_ratio": 0.5}
+    both.manager.sleep_replicas()
+    both.manager.update_weights(1)
+    assert set(both.trainer._pending_sync_metrics) == {
+        "delta/changed_ratio",
+        shared_rollout.SHARE_METRIC,
+        shared_rollout.SYNC_METRIC,
+    }
+
+
+def test_every_other_call_reaches_both_managers(both):
+    m = both.manager
+    m.wake_up_replicas()
+    m.abort_replicas(reject_request=True)
+    m.resume_generation_replicas()
+    m.release_kv_cache_replicas()
+    m.resume_kv_cache_replicas()
+    assert [(who, what) for who, what, *_ in both.journal] == [
+        (who, what)
+        for what in (
+            "wake_up_replicas",
+            "abort_replicas",
+            "resume_generation_replicas",
+            "release_kv_cache_replicas",
+            "resume_kv_cache_replicas",
+        )
+        for who in ("hybrid", "shared")
+    ]
+    assert ("shared", "abort_replicas", True) in both.journal
+    assert [r.replica_rank for r in m.replicas] == [0, 1]
+    assert m.backend == "naive"  # anything else reads from verl's own manager
+
+
+@pytest.mark.parametrize("failing", ["update_weights", "sleep_replicas", "wake_up_replicas"])
+def test_a_failing_critic_pool_replica_stops_the_run_naming_it(both, failing):
+    both.shared.fail = failing
+    with pytest.raises(SharedRolloutError, match=r"critic pool's rollout replicas: replica\(s\) \[1\] died") as err:
+        if failing == "sleep_replicas":
+            both.manager.sleep_replicas()
+        else:
+            both.manager.update_weights(2)
+    assert "resume from the last checkpoint" in str(err.value)
+    assert ("hybrid", "update_weights", 2) not in both.journal  # no half-synced step goes on
+
+
+def test_a_validation_s_requests_do_not_count_in_the_next_step(both):
+    both.balancer.routed = {"cpu-rollout-1": 5}
+    assert both.manager.take_routed() == {"cpu-rollout-1": 5}  # what the _validate seam drops
+    both.balancer.routed = {"cpu-rollout-0": 1, "cpu-rollout-1": 1}
+    both.manager.sleep_replicas()
+    assert both.trainer._pending_sync_metrics[shared_rollout.SHARE_METRIC] == 0.5
+
+
+def test_under_a_custom_router_the_share_is_not_measured(both):
+    manager = BothPoolsCheckpointManager(both.trainer, both.manager.hybrid, both.shared, None)
+    manager.sleep_replicas()
+    assert manager.take_routed() == {}
+    assert shared_rollout.SHARE_METRIC not in (getattr(both.trainer, "_pending_sync_metrics", None) or {})
+
+
+def test_the_counting_balancer_counts_each_routed_request_once():
+    balancer = CountingLoadBalancer(servers={"a": "handle-a", "b": "handle-b"})
+    picked = [balancer.acquire_server(request_id=f"r{i}")[0] for i in range(10)]
+    for server in picked:
+        balancer.release_server(server)
+    routed = balancer.take_routed()
+    assert sum(routed.values()) == 10 and set(routed) <= {"a", "b"}
+    assert routed == {s: picked.count(s) for s in set(picked)}
+    assert balancer.take_routed() == {}
+    # A sticky request (a later turn of the same conversation) is routed, so counted, again.
+    server, _ = balancer.acquire_server(request_id="r0")
+    assert server == picked[0] and balancer.take_routed() == {server: 1}
