@@ -209,9 +209,15 @@ def cell(values: list[float], fmt: str = ".2f") -> str:
     return cell_of(stats(values), fmt)
 
 
+def overlapped_pairs(reps: list[dict]) -> list[tuple[str, str]]:
+    """The (phase, configuration) pairs this invocation ran, with the split sequential run to compare with."""
+    ran = reps[0]["metrics"]
+    return [(phase, key) for phase, key in OVERLAPPED if "sequential" in ran and key in ran]
+
+
 def phase_rows(reps: list[dict], target: dict[str, float]) -> list[dict]:
     rows = []
-    for phase, key in OVERLAPPED:
+    for phase, key in overlapped_pairs(reps):
         per_rep = []
         for rep in reps:
             lanes = lane_means(rep["metrics"]["sequential"], phase)
@@ -249,7 +255,7 @@ def step_rows(reps: list[dict]) -> list[dict]:
         means = [report.mean_phases(rep["metrics"][key]) for rep in reps]
         row = {"kind": "step", "phase": "step", "config": title}
         row["phases_s"] = {p: stats([m[p] for m in means]) for p in (*report.PHASES, "step")}
-        for base in ("sequential", "stock"):
+        for base in (b for b in ("sequential", "stock") if b in reps[0]["metrics"]):
             ups = [report.mean_phases(r["metrics"][base])["step"] / m["step"] for r, m in zip(reps, means, strict=True)]
             row[f"speedup_vs_{base}"] = stats(ups)
         rows.append(row)
@@ -271,7 +277,7 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
     for phase in (*shown, "step"):
         print(f"{phase:<8}" + "".join(f"{cell([m[phase] for m in means[k]]):>22}" for k in keys))
     for row in (r for r in rows if r["kind"] == "step" and r["config"] != TITLES["stock"]):
-        against = [b for b in ("sequential", "stock") if row["config"] != TITLES[b]]
+        against = [b for b in ("sequential", "stock") if row["config"] != TITLES[b] and f"speedup_vs_{b}" in row]
         ups = [f"{cell_of(row[f'speedup_vs_{b}'])}x against {TITLES[b]}" for b in against]
         print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
     for key in (k for k in keys if k in SHARED_ROLLOUT):
@@ -281,6 +287,8 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
             f"{TITLES[key]}: requests generated on the critic pool {cell(share)}, weight push {cell(push, '.3f')} s "
             "per step (median [min-max])"
         )
+    if not any(r["kind"] == "phase" for r in rows):
+        return
     print("\nlanes in the split sequential run (s), and the overlap: median [min-max]")
     head = (
         f"{'phase':<8}{'overlap in':>17}{'actor':>7}{'critic':>7}{'ratio':>8}{'ideal':>7}{'wall seq':>9}"
@@ -320,7 +328,16 @@ def main() -> int:
     )
     parser.add_argument("--work-dir", default=None, help="where runs write (default: a temporary folder)")
     parser.add_argument("--json", default=None, help="write the rows as a JSON list to this file")
+    parser.add_argument(
+        "--configs",
+        default=",".join(key for key, *_ in CONFIGS),
+        help="comma list of the configurations to run (default: all, %(default)s); the overlap tables need sequential",
+    )
     args = parser.parse_args()
+    wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = sorted(set(wanted) - set(TITLES))
+    if unknown or not wanted:
+        parser.error(f"--configs: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(TITLES)}")
     started, load_before = time.monotonic(), os.getloadavg()
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="verl_split_whole_step_")).resolve()
     assets = make_tiny_assets(work_dir / "assets")
@@ -337,7 +354,7 @@ def main() -> int:
     print(f"calibrating in {work_dir} ...", file=sys.stderr, flush=True)
     work, found = calibrate(assets, work, work_dir / "calibration", args.update_ratio, args.prep_ratio)
     # Shared rollout runs on verl 0.9's v1 trainer only (verl-split refuses it on RayPPOTrainer).
-    configs = [c for c in CONFIGS if args.trainer == "v1" or c[0] not in SHARED_ROLLOUT]
+    configs = [c for c in CONFIGS if c[0] in wanted and (args.trainer == "v1" or c[0] not in SHARED_ROLLOUT)]
     iterations = ceiling.iterations_for(args.ceiling_seconds) if args.repeats else 0
     reps = []
     for i in range(args.repeats):
@@ -353,7 +370,7 @@ def main() -> int:
     target = {"updates": args.update_ratio, "prep": args.prep_ratio}
     rows = phase_rows(reps, target) + step_rows(reps)
     summaries = {}
-    for phase, key in OVERLAPPED:
+    for phase, key in overlapped_pairs(reps):
         per_run = {
             k: [
                 breakdown.run_breakdown(
