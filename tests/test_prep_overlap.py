@@ -296,6 +296,9 @@ def test_whole_step_metrics_by_hand():
         "split/critic_pool_busy_share": 0.4,  # (1.5 + 2.5) / 10
     }
     assert step_metrics.whole_step_metrics({"timing_s/step": 3.0}) == {}  # stock run: nothing
+    # Shared rollout: the critic pool generated too, so generation counts on its side as well.
+    shared = step_metrics.whole_step_metrics({**data, "split/critic_pool_rollout_share": 0.5})
+    assert shared["split/critic_pool_busy_share"] == pytest.approx(0.8)  # (4 + 1.5 + 2.5) / 10
     assert step_metrics.whole_step_metrics({"split/critic_update_s": 1.0}) == {}  # no step timing
 
 

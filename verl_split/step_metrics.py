@@ -6,7 +6,9 @@ before verl's tracker logs a step (``seams/step_metrics.py``), verl-split adds:
 
 - ``split/step_s``: verl's own ``timing_s/step``;
 - ``split/actor_pool_busy_share``: (generation + old_log_prob + ref + actor update) / step;
-- ``split/critic_pool_busy_share``: (values + critic update) / step.
+- ``split/critic_pool_busy_share``: (values + critic update) / step; with shared rollout
+  (``split/critic_pool_rollout_share`` > 0) generation counts on the critic pool too, since
+  verl's load balancer keeps both pools' replicas busy until the batch is done.
 
 Each lane counts the time its pool's workers were busy, as verl-split measured it from the
 trainer (a lane's time includes its dispatch and result collection). Standard library only.
@@ -30,6 +32,8 @@ def whole_step_metrics(data: Mapping[str, Any]) -> dict[str, float]:
 
     actor_busy = value("timing_s/gen") + value("split/prep_actor_s") + value("split/actor_update_s")
     critic_busy = value("split/prep_critic_s") + value("split/critic_update_s")
+    if value("split/critic_pool_rollout_share") > 0.0:
+        critic_busy += value("timing_s/gen")
     return {
         "split/step_s": step_s,
         "split/actor_pool_busy_share": min(actor_busy / step_s, 1.0),
