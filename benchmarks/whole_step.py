@@ -279,7 +279,8 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
     for row in (r for r in rows if r["kind"] == "step" and r["config"] != TITLES["stock"]):
         against = [b for b in ("sequential", "stock") if row["config"] != TITLES[b] and f"speedup_vs_{b}" in row]
         ups = [f"{cell_of(row[f'speedup_vs_{b}'])}x against {TITLES[b]}" for b in against]
-        print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
+        if ups:  # --configs without stock or split sequential: nothing to compare against
+            print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
     for key in (k for k in keys if k in SHARED_ROLLOUT):
         share = [steady_mean(rep, key, "split/critic_pool_rollout_share") for rep in reps]
         push = [steady_mean(rep, key, "split/shared_rollout_sync_s") for rep in reps]
