@@ -17,10 +17,9 @@ from verl_split.advise import advise
 from verl_split.advise.candidates import rank
 from verl_split.advise.model import FIT_AMDAHL, CostModel, LaneModel, predict
 from verl_split.advise.runs import read_run
-from verl_split.advise.shared import ASSUMED, GIVEN, MEASURED, SharedRolloutCosts, replica_problem
+from verl_split.advise.shared import ASSUMED, GIVEN, MEASURED, SharedRolloutCosts
 from verl_split.cli import main
 from verl_split.placement import Cluster
-from verl_split.placement.model import Pool
 
 pytestmark = pytest.mark.unit
 
@@ -105,17 +104,11 @@ def test_an_unknown_push_is_not_ranked_and_says_what_would_win():
 
 
 def test_the_critic_pool_must_hold_whole_replicas():
-    def pool(*gpus: int) -> Pool:
-        return Pool("critic_pool", ("critic",), gpus, n_gpus_per_node=8)
-
-    assert replica_problem(pool(5, 6, 7), 1) is None
-    assert "3 GPUs on node 0, not whole rollout replicas of 2" in replica_problem(pool(5, 6, 7), 2)
-    assert "on node 0" in replica_problem(pool(5, 6, 7, 8), 2)  # 3 + 1 GPUs: a replica would straddle nodes
-    assert replica_problem(pool(4, 5, 6, 7, 8, 9, 10, 11), 4) is None
-    # Through the ranking, replicas of 2 on 2 x 8: the planner takes 1:7 (its actor pool, 1 GPU per node, holds
+    # The planner's rule (tests/test_shared_rollout_plan.py), through the ranking: replicas of 2 on 2 x 8.
+    # The planner takes 1:7 (its actor pool, 1 GPU per node, holds
     # a replica across the nodes), but the critic pool's 7 GPUs per node hold no whole replicas.
     candidates, rejected = rank(model_of((1.0, 160.0)), Cluster(2, 8), rollout_tp=2, shared=costs())
-    assert "not whole rollout replicas of 2" in dict(rejected)["1:7 +shared"]
+    assert "not a whole number of rollout replicas of 2 GPUs" in dict(rejected)["1:7 +shared"]
     assert [c.shared_rollout for c in candidates if c.placement == "1:7"] == [False]
     assert any(c.placement == "6:2" and c.shared_rollout for c in candidates)
 

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_split.advise.model import OVERLAPS, CostModel, Prediction, predict
-from verl_split.advise.shared import TAG, SharedRolloutCosts, replica_problem
+from verl_split.advise.shared import TAG, SharedRolloutCosts
 from verl_split.errors import PlacementError
 from verl_split.placement import CRITIC_POOL, Cluster, ParallelSize, Requirements, plan_placement
-from verl_split.placement.model import Pool
 
 STOCK = "all"
 
@@ -104,7 +103,6 @@ def rank(
         parallel=(ParallelSize("rollout", rollout_tp, "--rollout-tp", within_node=True),) if rollout_tp > 1 else (),
     )
     layouts: dict[tuple[bool, int, int], list[str]] = {}
-    critic_pools: dict[str, Pool] = {}
     rejected = []
     for name in placement_names(cluster, model.has_critic):
         try:
@@ -117,7 +115,6 @@ def rank(
             key = (True, plan.pools[0].size, plan.pools[0].size)
         else:
             key = (False, plan.pools[0].size, critic_pool.size)
-            critic_pools[name] = critic_pool
         layouts.setdefault(key, []).append(name)
     predictions = {
         key: predict(model, actor_gpus=key[1], critic_gpus=key[2], colocated=key[0], overlaps=overlaps)
@@ -134,14 +131,15 @@ def rank(
     for (colocated, actor_gpus, critic_gpus), names in layouts.items():
         if colocated or shared is None:
             continue
-        # The critic pool must hold whole rollout replicas; placements of the same sizes may differ per node.
+        # The planner's own shared-rollout check (whole rollout replicas on every node of the critic pool):
+        # placements of the same sizes may differ per node.
         fits = []
         for name in names:
-            problem = replica_problem(critic_pools[name], rollout_tp)
-            if problem is None:
+            try:
+                plan_placement(name, cluster, requirements, shared_rollout=True)
                 fits.append(name)
-            else:
-                rejected.append((f"{name} {TAG}", f"the critic pool cannot hold rollout replicas: {problem}"))
+            except PlacementError as exc:
+                rejected.append((f"{name} {TAG}", str(exc)))
         if fits:
             prediction = predict(model, actor_gpus, critic_gpus, colocated=False, overlaps=overlaps, shared=shared)
             candidates.append(candidate(fits, prediction))

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_split.advise.runs import PUSH_S, Run
-from verl_split.placement.model import Pool
 
 #: The weights as the rollout receives them: bf16.
 PUSH_BYTES_PER_PARAM = 2
@@ -107,15 +106,3 @@ def shared_rollout_costs(
         offload, offload_basis = 0.0, ASSUMED
         offload_source = "assumed 0 s: no metric measures it; pass --critic-offload-s"
     return SharedRolloutCosts(push_s, basis, source, offload, offload_basis, offload_source)
-
-
-def replica_problem(critic_pool: Pool, replica_gpus: int) -> str | None:
-    """Why the critic pool cannot hold whole rollout replicas, or None when it can.
-
-    The runtime's rule: verl cuts a pool into replicas of ``replica_gpus`` GPUs and verl-split keeps each
-    replica inside one node, so every node's share of the pool must be a multiple of it.
-    """
-    for node, count in critic_pool.per_node.items():
-        if count % replica_gpus:
-            return f"it has {count} GPUs on node {node}, not whole rollout replicas of {replica_gpus} GPUs"
-    return None
