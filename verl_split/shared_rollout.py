@@ -55,7 +55,7 @@ GPU_BACKEND = "nccl"
 
 
 class SharedRolloutError(VerlSplitError):
-    """Shared rollout could not start, or a replica on the critic pool failed."""
+    """A rollout replica on the critic pool failed."""
 
 
 # ----------------------------------------------------------------------------- the trainer's config
@@ -155,23 +155,12 @@ def attach(trainer: Any, backend: str) -> None:
     from verl.trainer.ppo.utils import Role
     from verl.utils.config import omega_conf_to_dataclass
 
+    # The planner checked the critic's own pool and its whole replicas before Ray started, and again
+    # in this process when _setup installed the plan (pools.install_plan_on_trainer).
     manager = trainer.llm_server_manager
-    pools = trainer.resource_pool_manager
-    if Role.Critic not in pools.mapping:
-        raise SharedRolloutError(
-            "shared rollout needs a critic pool, and this run has no critic. Switch shared rollout off "
-            "(unset VERL_SPLIT_SHARED_ROLLOUT / split_placement.shared_rollout)."
-        )
-    critic_pool = pools.get_resource_pool(Role.Critic)
-    if critic_pool is manager.rollout_resource_pool:
-        raise SharedRolloutError(
-            "shared rollout puts rollout replicas on the critic's pool, and here the critic shares the actor's "
-            "pool (placement 'all'?). Use a split placement (e.g. VERL_SPLIT_PLACEMENT=halves) or switch it off."
-        )
-    replica_gpus = manager.rollout_config.tensor_model_parallel_size * (
-        manager.rollout_config.data_parallel_size * manager.rollout_config.pipeline_model_parallel_size
-    )
+    critic_pool = trainer.resource_pool_manager.get_resource_pool(Role.Critic)
     hybrid = manager.get_replicas()
+    replica_gpus = hybrid[0].world_size  # verl's own count: tensor x data x pipeline parallel
     started = time.perf_counter()
     replicas = _launch(manager, split_resource_pool(critic_pool, replica_gpus), len(hybrid), critic_pool.store[0])
     balancer = _route_to_all(manager, replicas)

@@ -230,8 +230,7 @@ def check_shared_rollout_run(config: Any) -> None:
     if version is not None and not compat.verl_in(compat.SHARED_ROLLOUT):
         raise PlacementError(
             f"shared rollout is not on this release (verl {version}): it needs verl 0.9's run-time server "
-            "registration and checkpoint-engine registry; upgrade to verl 0.9.x or switch it off (unset "
-            "VERL_SPLIT_SHARED_ROLLOUT / split_placement.shared_rollout)."
+            f"registration and checkpoint-engine registry; upgrade to verl 0.9.x or {SWITCH_OFF_HINT}."
         )
     # The runtime adds its replicas to the v1 trainer's rollout; the legacy trainer is a different loop.
     if select_key(config, "trainer.use_v1", True) is False:
