@@ -104,8 +104,7 @@ def test_the_push_wakes_then_fills_the_critic_pool_replicas_before_the_stock_syn
         ("shared", "update_weights", 3),
         ("hybrid", "update_weights", 3),
     ]
-    push = both.trainer._pending_sync_metrics[shared_rollout.SYNC_METRIC]
-    assert 0.0 <= push < 1.0
+    assert both.trainer._pending_sync_metrics[shared_rollout.SYNC_METRIC] >= 0.0  # recorded; its size is not tested
 
 
 def test_after_generation_both_sleep_and_the_share_is_the_critic_pool_s_requests(both):

@@ -79,7 +79,7 @@ def test_every_replica_gets_every_step_s_weights(shared_run):
         for replica in (0, 1):
             assert re.search(rf"replica {replica} loaded \d+ tensors \(step {step}\)", run.log), (replica, step)
     pushes = run.series("split/shared_rollout_sync_s")
-    assert len(pushes) == HALVES_STEPS and all(0.0 < s < 30.0 for s in pushes), pushes
+    assert len(pushes) == HALVES_STEPS and all(s > 0.0 for s in pushes), pushes  # logged every step; not a timing
     # Sequences generated on the critic pool were sampled with the actor's current weights: verl's
     # rollout-vs-actor probability gap stays at the dry run's ~1e-9 (it covers every sequence of the step).
     gaps = run.series("training/rollout_probs_diff_max")
