@@ -122,10 +122,10 @@ PLUGINS = str(Path(__file__).resolve().parent / "plugins")
 
 
 def plugin_env(out: Path, **env: str) -> dict[str, str]:
-    """This environment without the caller's VERL_SPLIT* / SLOW_*, plus ``env`` and the test plugin, which logs
-    where and when the workers ran each update and preparation call to ``out/updates.jsonl``."""
+    """This environment without the caller's VERL_SPLIT* / SLOW_* (the plugin's knobs), plus ``env`` and the
+    test plugin, which logs where and when the workers ran each update and preparation call to ``out/updates.jsonl``."""
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES", "SLOW_PREP"))},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_"))},
         **env,
         "PYTHONPATH": os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
         "VERL_USE_EXTERNAL_MODULES": "slow_updates",

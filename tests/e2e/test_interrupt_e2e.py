@@ -22,13 +22,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import plugin_env
 
 from verl_split.dry_run import dry_run_overrides, run_environment
 from verl_split.runner import main_ppo_command
 
 pytestmark = pytest.mark.e2e
 
-PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 UPDATE_SLEEP_S = 120  # far longer than the 30 s the run gets to stop
 START_TIMEOUT_S = 420  # start-up and the first step's generation on a loaded 2-core machine
 STOP_LIMIT_S = 30
@@ -74,15 +74,7 @@ def _updates_in_flight(log: Path) -> set[str]:
 def test_ctrl_c_during_overlapped_update_stops_the_run_and_leaves_nothing(tiny_assets, tmp_path):
     token = uuid.uuid4().hex
     records = tmp_path / "updates.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES", "SLOW_PREP"))}
-    env.update(
-        VERL_SPLIT="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
-        VERL_USE_EXTERNAL_MODULES="slow_updates",
-        SLOW_UPDATES_LOG=str(records),
-        SLOW_UPDATES_SLEEP=str(UPDATE_SLEEP_S),
-    )
-    env = run_environment(tmp_path, env)
+    env = run_environment(tmp_path, plugin_env(tmp_path, VERL_SPLIT="1", SLOW_UPDATES_SLEEP=str(UPDATE_SLEEP_S)))
     env[MARKER] = token
     overrides = dry_run_overrides(tiny_assets, 2, "gae", None, tmp_path, n_gpus_per_node=2)
     log_path = tmp_path / "main_ppo.log"

@@ -11,21 +11,19 @@ instead of vLLM), as in every CPU dry run.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PPORun, run_main_ppo
+from conftest import PPORun, plugin_env, run_main_ppo
 from families import DEFAULT_TRAINER, extended_on
 
 from verl_split.dry_run import dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 
-PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 SLEEP_S = 2.0
 #: (losses, weights) tolerance of overlap on vs off with verl's default trainer: why, in
 #: test_overlap_changes_no_numbers; bit for bit on RayPPOTrainer.
@@ -33,15 +31,7 @@ TOLERANCE, WEIGHT_TOLERANCE = (1e-5, 1e-3) if DEFAULT_TRAINER == "v1" else (0.0,
 
 
 def split_env(out: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_SPLIT", "SLOW_UPDATES", "SLOW_PREP"))}
-    env.update(
-        VERL_SPLIT="1",
-        PYTHONPATH=os.pathsep.join(filter(None, [PLUGINS, os.environ.get("PYTHONPATH")])),
-        VERL_USE_EXTERNAL_MODULES="slow_updates",
-        SLOW_UPDATES_LOG=str(out / "updates.jsonl"),
-        **extra,
-    )
-    return env
+    return plugin_env(out, VERL_SPLIT="1", **extra)
 
 
 def worker_records(out: Path) -> list[dict]:

@@ -20,13 +20,6 @@ pytestmark = pytest.mark.e2e
 STEPS = 2
 
 
-def where_updates_ran(out: Path, **env: str) -> dict[str, str]:
-    """Environment that loads the test plugin logging, from inside the workers, where each update ran."""
-    from conftest import plugin_env
-
-    return plugin_env(out, **env)
-
-
 def update_sites(out: Path) -> dict[str, set[tuple[int, str]]]:
     """Per role, the (process id, placement group id) its updates ran in, as the workers saw it."""
     sites: dict[str, set[tuple[int, str]]] = {"actor": set(), "critic": set()}
@@ -57,12 +50,12 @@ def test_ppo_gae_split_halves(halves_split_run):
 
 
 def test_without_verl_split_the_layout_is_stock(tiny_assets, tmp_path):
-    from conftest import run_main_ppo
+    from conftest import plugin_env, run_main_ppo
 
     out = tmp_path / "stock"
     out.mkdir(parents=True)
     overrides = dry_run_overrides(tiny_assets, 1, "gae", None, out, n_gpus_per_node=2)
-    run = run_main_ppo(overrides, out, env=where_updates_ran(out))
+    run = run_main_ppo(overrides, out, env=plugin_env(out))
     run.assert_ok()
     assert "Creating resource pool" not in run.log and "split/overlapped" not in run.metrics[0]
     sites = update_sites(out)
