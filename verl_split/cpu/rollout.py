@@ -99,7 +99,7 @@ class CPUGenerationServer:
         self.weights_version: Any = None  # of the weights the model holds, see _version
         self.weight_syncs = 0
         self._requests_seen: Counter[tuple[int, ...]] = Counter()  # per prompt, since the last weight sync
-        self._served: Counter[int | None] = Counter()  # requests answered, per global step of the weights
+        self._announced: Any = object()  # the step whose weights the log last said this server generates with
 
     # -- generation -------------------------------------------------------------------
 
@@ -114,8 +114,8 @@ class CPUGenerationServer:
         **kwargs: Any,
     ) -> TokenOutput:
         token_ids, log_probs, stop_reason = await asyncio.to_thread(self._generate, list(prompt_ids), sampling_params)
-        self._served[self.global_steps] += 1
-        if self._served[self.global_steps] == 1:
+        if self._announced != self.global_steps:  # once per weight version: which weights answer requests
+            self._announced = self.global_steps
             logger.info("replica %d generates with the weights of step %s", self.replica_rank, self.global_steps)
         return TokenOutput(
             token_ids=token_ids,
@@ -201,9 +201,8 @@ class CPUGenerationServer:
         return len(state_dict)
 
     def weight_info(self) -> dict[str, Any]:
-        """How many weight syncs this server has received, the last step's number, and how many
-        requests it answered with the weights of each step (``served``: step -> requests)."""
-        return {"weight_syncs": self.weight_syncs, "global_steps": self.global_steps, "served": dict(self._served)}
+        """How many weight syncs this server has received, and the last step's number."""
+        return {"weight_syncs": self.weight_syncs, "global_steps": self.global_steps}
 
     # -- lifecycle hooks verl calls on every server; nothing to free on the CPU ---------
 

@@ -112,12 +112,14 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
     def build_topology(
         cls, actor_wg_world_size: int, rollout_world_size: int, metadata: list[dict]
     ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
-        # One sender, actor rank 0 (verl builds its engine with is_master = rank 0): it holds every
-        # full tensor after the FSDP gathers. A fresh id per sync keeps two syncs' buckets apart.
+        # One sender, the actor rank verl made master (rank 0, engine_workers.py init_model): every rank
+        # holds every full tensor after the FSDP gathers. A fresh id per sync keeps two syncs' buckets apart.
+        masters = [rank for rank in range(actor_wg_world_size) if metadata[rank].get("is_master")]
+        sender = masters[0] if masters else 0
         sync_id = uuid.uuid4().hex
         _mailbox()  # in the trainer's process, before any worker asks for it by name
         actor = {
-            "role": [SENDER if rank == 0 else DRAIN for rank in range(actor_wg_world_size)],
+            "role": [SENDER if rank == sender else DRAIN for rank in range(actor_wg_world_size)],
             "sync_id": [sync_id] * actor_wg_world_size,
         }
         rollout = {"role": [RECEIVER] * rollout_world_size, "sync_id": [sync_id] * rollout_world_size}
