@@ -9,9 +9,10 @@ through generation, usually the longest phase (verl issue 977). With shared roll
    teacher replicas use (``verl/workers/rollout/replica.py``), on sub-pools from verl's
    ``split_resource_pool``. Replica ranks continue after the hybrid replicas' (server names
    contain the rank).
-2. Those servers in the load balancer every request goes through
-   (``verl/workers/rollout/router.py`` ``GlobalRequestLoadBalancer``: least in-flight requests
-   first, so replicas of different speeds balance themselves). verl-split starts the balancer
+2. Those servers in the load balancer every request goes through (``GlobalRequestLoadBalancer``:
+   least in-flight requests first, so replicas of different speeds balance themselves; in
+   ``verl/workers/rollout/llm_server.py`` on 0.9.0 and main, moved to ``router.py`` in 0.9.1, which
+   re-exports it from ``llm_server``). verl-split starts the balancer
    again with every server in it, as a subclass that counts where requests go; a custom
    router (``router_config_path``) keeps its own balancer and gets the servers with
    ``add_servers``, and then the share metric is not measured.
@@ -43,7 +44,11 @@ from typing import Any
 
 import ray
 from verl.utils.ray_utils import auto_await
-from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalRequestLoadBalancer
+
+# verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
+# (llm_server.py:36); 0.9.0 and main@1dda039 define it here (llm_server.py:46). This module is imported
+# only when shared rollout is on (seams/shared_rollout_v1.py); the preflight declares these names.
+from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
 from verl_split.errors import VerlSplitError
 from verl_split.pools import announce
@@ -115,11 +120,12 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
     """Put ``replicas``' servers beside the hybrid ones; return the counting balancer, if ours."""
     added = {r.server_address: r.server_handle for r in replicas}
     rollout = manager.rollout_config
-    if getattr(manager, "_load_balancer_cls", None) is None and not getattr(rollout, "router_config_path", None):
+    if _default_balancer(manager):
         servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True)) | added
+        # max_cache_size left to the class's default, DEFAULT_ROUTING_CACHE_SIZE (router.py on 0.9.1,
+        # llm_server.py on 0.9.0): the value verl passes.
         balancer = ray.remote(CountingLoadBalancer).remote(
             servers=servers,
-            max_cache_size=DEFAULT_ROUTING_CACHE_SIZE,
             full_determinism=bool(getattr(rollout, "full_determinism", False)),
         )
         previous, manager.global_load_balancer = manager.global_load_balancer, balancer
@@ -128,6 +134,17 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
     ray.get(manager.global_load_balancer.add_servers.remote(added))
     announce("shared rollout: a custom router routes the requests; split/critic_pool_rollout_share is not measured")
     return None
+
+
+def _default_balancer(manager: Any) -> bool:
+    """verl routes through its own ``GlobalRequestLoadBalancer``: no custom class, no router config.
+
+    0.9.1 keeps ``_load_balancer_cls`` None unless a class is passed (``llm_server.py:387``); 0.9.0 and
+    main@1dda039 store ``load_balancer_cls or GlobalRequestLoadBalancer`` (``llm_server.py:498``).
+    """
+    cls = getattr(manager, "_load_balancer_cls", None)
+    custom_class = cls is not None and cls is not GlobalRequestLoadBalancer
+    return not custom_class and not getattr(manager.rollout_config, "router_config_path", None)
 
 
 # ----------------------------------------------------------------------------- the replicas
@@ -248,9 +265,11 @@ class BothPoolsCheckpointManager:
         self.hybrid.wake_up_replicas()
         self._on_shared("waking up", self.shared.wake_up_replicas)
 
-    def abort_replicas(self, reject_request: bool = False) -> None:
-        self.hybrid.abort_replicas(reject_request=reject_request)
-        self._on_shared("aborting requests", self.shared.abort_replicas, reject_request=reject_request)
+    def abort_replicas(self, *args: Any, **kwargs: Any) -> None:
+        # Passed on as given: 0.9.1 takes reject_request (checkpoint_engine/base.py:477), 0.9.0 and
+        # main@1dda039 take nothing (base.py:458). Only verl's async trainers call it.
+        self.hybrid.abort_replicas(*args, **kwargs)
+        self._on_shared("aborting requests", self.shared.abort_replicas, *args, **kwargs)
 
     def resume_generation_replicas(self) -> None:
         self.hybrid.resume_generation_replicas()

@@ -9,7 +9,10 @@ Target: ``verl/trainer/ppo/v1/trainer_base.py`` ``PPOTrainer``:
 * ``_validate``: requests of a validation pass do not count in the next step's
   ``split/critic_pool_rollout_share``.
 
-Only when shared rollout is on; the run was validated before Ray started (the planner).
+Only when shared rollout is on; the run was validated before Ray started (the planner, and the
+preflight of the verl symbols shared rollout uses: ``verl_split/preflight.py``). ``verl_split.shared_rollout``
+imports verl modules that not every release has (its balancer's module moved in 0.9.1), so it is imported
+only once the config asks for shared rollout: a run with it off never imports them.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from verl_split import _wrapping
 
 
 def _wrap_setup(wrapped, instance, args, kwargs):
+    from verl_split.placement import shared_rollout_from_config
+
+    if not shared_rollout_from_config(instance.config):
+        return wrapped(*args, **kwargs)
     from verl_split import shared_rollout
 
-    if not shared_rollout.wanted(instance.config):
-        return wrapped(*args, **kwargs)
     backend = shared_rollout.configure_weight_transfer(instance.config)
     result = wrapped(*args, **kwargs)
     shared_rollout.attach(instance, backend)
