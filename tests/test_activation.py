@@ -112,6 +112,7 @@ print(json.dumps({"fp": fp, "modules": mods, "wrapt": "wrapt" in sys.modules}))
     assert result["fp"] == stock
     # FINGERPRINT itself imports verl_split.activation; everything else must be the stdlib bootstrap.
     fingerprint_modules = {"verl_split.activation", "verl_split.compat", "verl_split._wrapping", "verl_split.log"}
+    fingerprint_modules |= {"verl_split.preflight"}
     assert set(result["modules"]) - fingerprint_modules <= set(BOOTSTRAP_ONLY)
     assert "verl_split._startup" not in result["modules"]
 

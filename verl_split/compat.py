@@ -15,11 +15,18 @@ from packaging.version import InvalidVersion, Version
 
 from verl_split.errors import UnsupportedVerlError
 
-#: The verl releases verl-split supports (pyproject's ``verl`` requirement says the same).
-SUPPORTED = SpecifierSet(">=0.7.0,<0.10")
-
-#: Release families, oldest first: each has its environment and its adapters in ``seams``.
+#: The oldest verl verl-split runs on; older releases stop a run that asked for verl-split.
+MINIMUM = "0.7.0"
+#: Releases at or above MINIMUM: a verl newer than the tested ones runs when the preflight finds every
+#: seam's needs met (``verl_split/preflight.py``), with one line saying it is untested.
+SUPPORTED = SpecifierSet(f">={MINIMUM}")
+#: The release families the tests run on, oldest first: each has its environment and its adapters in ``seams``.
 SUPPORTED_FAMILIES: tuple[str, ...] = ("0.7", "0.8", "0.9")
+#: Every PyPI release inside those families, each run in CI (``tests/test_releases.py``, ``make test-release``);
+#: the README's "Supported verl" table lists the same (``tests/test_releases.py`` checks it).
+TESTED_RELEASES: tuple[str, ...] = ("0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1")
+#: The range those families span: a verl above it is accepted but untested.
+TESTED = SpecifierSet(">=0.7.0,<0.10")
 
 # What each release range has. Seams declare their range with these (activation.SEAMS).
 #: verl's ``__init__`` loads ``verl.plugins`` entry points; also the v1 ``PPOTrainer``,
@@ -87,17 +94,46 @@ def supported_range_text() -> str:
     return ", ".join(f"{family}.x" for family in SUPPORTED_FAMILIES)
 
 
+def tested_text() -> str:
+    """The tested releases, for messages: ``0.7.0, 0.7.1, 0.8.0, 0.9.0 or 0.9.1``."""
+    return ", ".join(TESTED_RELEASES[:-1]) + f" or {TESTED_RELEASES[-1]}"
+
+
+def is_tested(version: str | None = None) -> bool:
+    """The installed verl (or ``version``) lies in a tested family; pre-releases of it included."""
+    raw = installed_version() if version is None else version
+    try:
+        return raw is not None and TESTED.contains(Version(raw), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def untested_note(version: str | None = None) -> str:
+    """One line for a verl newer than the tested families (empty for a tested one)."""
+    raw = installed_version() if version is None else version
+    if raw is None or is_tested(raw):
+        return ""
+    return (
+        f"verl {raw} is newer than the releases verl-split is tested on ({supported_range_text()}); the preflight "
+        "found every verl name the switched-on features use, so the run goes ahead, untested."
+    )
+
+
 def check_supported() -> str:
-    """Return the supported family of the installed verl, or raise UnsupportedVerlError."""
+    """Return the family of the installed verl, or raise UnsupportedVerlError.
+
+    A verl newer than the tested families is accepted here; the preflight then decides (``activation``).
+    """
     version = installed_version()
     if version is None:
         raise UnsupportedVerlError(
             "verl is not installed in this environment. Install a supported release "
-            f"({supported_range_text()}), e.g. `pip install 'verl{SUPPORTED}'`."
+            f"({supported_range_text()}), e.g. `pip install 'verl{TESTED}'`."
         )
     if not verl_in(SUPPORTED):
         raise UnsupportedVerlError(
-            f"verl {version} is installed, but verl-split supports verl {supported_range_text()} ({SUPPORTED}). "
-            "Install a supported verl, or unset VERL_SPLIT (and VERL_SPLIT_CPU) to run stock verl."
+            f"verl {version} is installed, but verl-split supports verl {supported_range_text()} (and, untested, "
+            f"newer releases: {SUPPORTED}). Install a supported verl, or unset VERL_SPLIT (and VERL_SPLIT_CPU) to "
+            "run stock verl."
         )
     return family_of(version)

@@ -35,7 +35,12 @@ from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
-from verl.single_controller.ray.base import RayResourcePool, ResourcePoolManager
+from verl.single_controller.ray.base import RayResourcePool
+
+try:
+    from verl.single_controller.ray.base import ResourcePoolManager
+except ImportError:  # verl 0.7.0 keeps it in verl/trainer/ppo/ray_trainer.py:70 (0.7.1 moved it to base.py)
+    from verl.trainer.ppo.ray_trainer import ResourcePoolManager
 
 from verl_split.errors import PlacementError
 from verl_split.placement import DEFAULT_READY_TIMEOUT_S, Plan, plan_from_config

@@ -7,7 +7,8 @@ actor (``"cpu:gloo,cpu:nccl"`` on CPU, which torch rejects: one device type name
 twice) and ``get_nccl_backend()`` (``"nccl"``) for the critic. On CPU the wrapper first
 starts it through verl's own ``verl.utils.distributed.initialize_global_process_group_ray``
 with the same rank, world size, init method and timeout (``nccl_timeout``), and the
-``gloo`` backend; verl's constructor then finds it started and goes on unchanged.
+``gloo`` backend (on 0.7.0, whose function takes no backend, ``cpu_distributed.start_gloo`` does the
+same); verl's constructor then finds it started and goes on unchanged.
 Subclasses (``AsyncActorRolloutRefWorker``) inherit the wrapped constructor.
 """
 
@@ -29,9 +30,14 @@ def _wrap_init(wrapped, instance, args, kwargs):
     if get_device_name() == "cpu":
         from verl.utils.distributed import initialize_global_process_group_ray
 
+        from verl_split.seams.cpu_distributed import start_gloo, takes_backend
+
         config = get_argument(args, kwargs, 0, "config")
         timeout = config.get("nccl_timeout", _DEFAULT_TIMEOUT_S)
-        initialize_global_process_group_ray(timeout_second=timeout, backend="gloo")
+        if takes_backend(initialize_global_process_group_ray):
+            initialize_global_process_group_ray(timeout_second=timeout, backend="gloo")
+        else:
+            start_gloo(timeout)
     return wrapped(*args, **kwargs)
 
 
