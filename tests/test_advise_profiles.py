@@ -146,15 +146,17 @@ def test_near_linear_scaling_stock_colocated_wins(tmp_path, cluster):
 @pytest.mark.parametrize("cluster", [Cluster(1, 8), Cluster(2, 8)])
 def test_strongly_sublinear_scaling_a_split_wins(tmp_path, cluster):
     advice = _advise(tmp_path, SUBLINEAR, cluster, cluster.n_gpus // 2, cluster.n_gpus // 2)
-    best = advice.recommended
+    best = next(c for c in advice.candidates if not c.deferred)  # the updates and prep overlaps
     assert best.is_split and best.speedup_vs_stock > 1.15
     assert best.prediction.actor_gpus == best.prediction.critic_gpus  # equal actor and critic: even halves
     assert best.placement == "halves"
     assert "beside the actor" in advice.reason
+    # The deferred critic update hides behind the next generation: the actor side may take more GPUs.
+    assert advice.recommended.deferred and advice.recommended.prediction.step_s <= best.prediction.step_s
 
 
 def test_a_larger_critic_gets_more_gpus(tmp_path):
     big_critic = {**SUBLINEAR, "critic_prep": (3.0, 32.0), "critic_update": (5.0, 64.0)}
     advice = _advise(tmp_path, big_critic, Cluster(1, 8), 4, 4)
-    best_split = next(c for c in advice.candidates if c.is_split)
+    best_split = next(c for c in advice.candidates if c.is_split and not c.deferred)
     assert best_split.prediction.critic_gpus > best_split.prediction.actor_gpus

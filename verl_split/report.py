@@ -43,8 +43,10 @@ def phase_times(step: dict[str, Any]) -> dict[str, float]:
     ``prep`` is old_log_prob + ref + values, ``updates`` the critic and actor updates. Where the
     two lanes of a phase may have overlapped (split placement), verl's own timers measure the
     trainer's *wait*, not the work, so the phase's wall time comes from verl-split's metrics
-    (``split/prep_wall_s``, ``split/update_wall_s``); in a stock run, from verl's timers.
-    ``other`` is the rest of ``timing_s/step`` (balancing, weight sync, checkpoints).
+    (``split/prep_wall_s``, ``split/update_wall_s``); in a stock run, from verl's timers. When the critic's
+    update was deferred into the next step (``split/critic_update_deferred``), ``updates`` is what the step
+    waited for (verl's timers: the critic's dispatch and the actor's update) and the wait at the join is in
+    the next step's ``prep``. ``other`` is the rest of ``timing_s/step`` (balancing, weight sync, checkpoints).
     """
 
     def timing(name: str) -> float:
@@ -55,7 +57,11 @@ def phase_times(step: dict[str, Any]) -> dict[str, float]:
         phases["prep"] = float(step["split/prep_wall_s"])
     else:
         phases["prep"] = timing("old_log_prob") + timing("ref") + timing("values")
-    if "split/update_wall_s" in step:
+    if step.get("split/critic_update_deferred"):
+        # The critic's update ran on into the next step: split/update_wall_s spans it, but the step waited only
+        # for the critic's dispatch and the actor's update, which is what verl's own timers measured.
+        phases["updates"] = timing("update_critic") + timing("update_actor")
+    elif "split/update_wall_s" in step:
         phases["updates"] = float(step["split/update_wall_s"])
     elif "split/critic_update_s" in step:  # critic warm-up: no actor update
         phases["updates"] = float(step["split/critic_update_s"])

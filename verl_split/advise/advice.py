@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from verl_split.advise import deferral as deferral_module
 from verl_split.advise.candidates import STOCK, Candidate, caveat, rank, reason
+from verl_split.advise.deferral import Choice, DeferralCosts, choose, deferral_costs
 from verl_split.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
 from verl_split.advise.runs import LANE_MEANING, AdviseError, Run, read_run
 from verl_split.advise.shared import TAG, SharedRolloutCosts, shared_rollout_costs
@@ -29,6 +31,9 @@ class Advice:
     #: Shared rollout's costs, when the cluster has a split to share; its variants whose push is not known.
     shared: SharedRolloutCosts | None = None
     unranked: tuple[Candidate, ...] = ()
+    #: The deferred critic update's weight sync, when the cluster has a split to defer on; deferral or shared.
+    deferral: DeferralCosts | None = None
+    choice: Choice | None = None
 
     @property
     def recommended(self) -> Candidate:
@@ -61,9 +66,13 @@ class Advice:
                     for c in self.unranked
                 ],
             },
+            "deferral": None
+            if self.deferral is None
+            else {**self.deferral.to_json(), "choice": None if self.choice is None else self.choice.to_json()},
             "recommended": {
                 "placement": best.placement,
                 "shared_rollout": best.shared_rollout,
+                "deferred_critic": best.deferred,
                 "predicted_step_s": best.prediction.step_s,
                 "speedup_vs_stock": best.speedup_vs_stock,
                 "reason": self.reason,
@@ -86,14 +95,21 @@ def advise(
     ``push_s``, ``model_params``, ``critic_offload_s``: shared rollout's costs where the runs do not measure them.
     """
     if not paths:
-        raise AdviseError("no run given: pass one or more metrics files (RUN.jsonl) written by verl's file logger.")
+        raise AdviseError(
+            "no run given: pass one or more logs of the job's runs (verl's console output, its file logger's "
+            "JSONL, or a CSV export)."
+        )
     runs = tuple(read_run(path, cluster) for path in paths)
     model = build_model(runs)
     shared = shared_rollout_costs(runs, push_s, model_params, critic_offload_s)
-    everything, rejected = rank(model, cluster, rollout_tp=rollout_tp, overlaps=overlaps, shared=shared)
+    deferral = deferral_costs(runs)
+    everything, rejected = rank(
+        model, cluster, rollout_tp=rollout_tp, overlaps=overlaps, shared=shared, deferral=deferral
+    )
     candidates = [c for c in everything if c.ranked]
     unranked = tuple(c for c in everything if not c.ranked)
     has_shared = any(c.shared_rollout for c in everything)
+    has_deferral = any(c.deferred for c in everything)
     if not candidates:
         why = "; ".join(f"{name}: {text}" for name, text in rejected[:2])
         raise AdviseError(f"no placement fits the cluster {cluster.describe()}: {why}")
@@ -106,15 +122,24 @@ def advise(
         rejected=tuple(rejected),
         reason=reason(candidates, model),
         caveat=caveat(candidates, step_cv),
-        assumptions=tuple(_assumptions(model, shared if has_shared else None, rollout_tp)),
+        assumptions=tuple(
+            _assumptions(model, shared if has_shared else None, rollout_tp, deferral if has_deferral else None)
+        ),
         next_run=_next_run(runs, model, cluster),
         step_cv=step_cv,
         shared=shared if has_shared else None,
         unranked=unranked,
+        deferral=deferral if has_deferral else None,
+        choice=choose(everything) if has_deferral else None,
     )
 
 
-def _assumptions(model: CostModel, shared: SharedRolloutCosts | None = None, rollout_tp: int = 1) -> list[str]:
+def _assumptions(
+    model: CostModel,
+    shared: SharedRolloutCosts | None = None,
+    rollout_tp: int = 1,
+    deferral: DeferralCosts | None = None,
+) -> list[str]:
     lines = []
     by_size: dict[int, list[str]] = {}
     for lane, lane_model in model.lanes.items():
@@ -142,6 +167,15 @@ def _assumptions(model: CostModel, shared: SharedRolloutCosts | None = None, rol
             f"critic pool's replicas, {_seconds(shared.push_s)} per step ({shared.push_source}), and the critic's "
             f"offload and reload, {_seconds(shared.offload_s)} ({shared.offload_source}), both on the step's "
             "critical path. Predicted only: shared rollout has not been measured on GPUs by us"
+        )
+    if deferral is not None:
+        lines.append(
+            f"deferred critic update ({deferral_module.TAG} rows, {deferral_module.PHASE}): the update phase is the "
+            "actor's update; the critic's update hides behind the actor's update, the weight sync "
+            f"({deferral.sync_s:.2f} s, {deferral.sync_source}) and the next generation, and what exceeds them is "
+            "waited for before values: prep = max(old_log_prob + ref, excess + values). Other work before values "
+            "(reward, balancing) is not counted as cover. With shared rollout it hides nothing (joined before the "
+            "critic pool generates), so +shared rows do not defer. Predicted only: not measured on GPUs by us"
         )
     return lines
 

@@ -9,7 +9,9 @@ is kept, the others are listed beside it.
 
 Given shared rollout's costs, every split also gets its ``+shared`` variant (:mod:`verl_split.advise.shared`)
 where the critic pool holds whole rollout replicas. A variant whose weight push is not known is not ranked:
-its step is a lower bound, listed after the ranking, and never recommended.
+its step is a lower bound, listed after the ranking, and never recommended. Given the deferral's weight sync,
+every split with a critic update also gets its ``+defer`` variant (:mod:`verl_split.advise.deferral`): the
+critic's update deferred into the next step. On a tie the plain split comes first.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_split.advise import deferral as deferral_module
+from verl_split.advise.deferral import DeferralCosts
 from verl_split.advise.model import OVERLAPS, CostModel, Prediction, predict
 from verl_split.advise.shared import TAG, SharedRolloutCosts
 from verl_split.errors import PlacementError
@@ -43,12 +47,18 @@ class Candidate:
         return self.prediction.shared is not None
 
     @property
+    def deferred(self) -> bool:
+        return self.prediction.deferred is not None
+
+    @property
     def ranked(self) -> bool:
         """False for a shared-rollout variant whose weight push is not known: its step is a lower bound."""
         return self.prediction.shared is None or self.prediction.shared.priced
 
     @property
     def name(self) -> str:
+        if self.deferred:
+            return f"{self.placement} {deferral_module.TAG}"
         return f"{self.placement} {TAG}" if self.shared_rollout else self.placement
 
     def to_json(self) -> dict[str, Any]:
@@ -56,6 +66,7 @@ class Candidate:
         return {
             "placement": self.placement,
             "shared_rollout": self.shared_rollout,
+            "deferred_critic": self.deferred,
             "layout": "colocated" if p.colocated else "split",
             "actor_pool_gpus": p.actor_gpus,
             "critic_pool_gpus": p.critic_gpus,
@@ -66,6 +77,7 @@ class Candidate:
             "lanes_s": dict(p.lanes),
             "same_prediction_as": list(self.same_prediction_as),
             "shared_rollout_costs": None if p.shared is None else p.shared.to_json(),
+            "deferral": None if p.deferred is None else p.deferred.to_json(),
         }
 
 
@@ -91,11 +103,12 @@ def rank(
     rollout_tp: int = 1,
     overlaps: frozenset[str] = OVERLAPS,
     shared: SharedRolloutCosts | None = None,
+    deferral: DeferralCosts | None = None,
 ) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """Every candidate the planner accepts, fastest first; and the rejected ones with the planner's reason.
 
     With ``shared``, each split's shared-rollout variant too; the variants that are not ranked (their push is
-    not known) come last, by their lower bound.
+    not known) come last, by their lower bound. With ``deferral``, each split's deferred-critic variant.
     """
     requirements = Requirements(
         critic=model.has_critic,
@@ -143,7 +156,12 @@ def rank(
         if fits:
             prediction = predict(model, actor_gpus, critic_gpus, colocated=False, overlaps=overlaps, shared=shared)
             candidates.append(candidate(fits, prediction))
-    # Ranked first, fastest first; on a tie the order above (stock, then the simpler names, then +shared).
+    if deferral is not None and "critic_update" in model.lanes:
+        for (colocated, actor_gpus, critic_gpus), names in layouts.items():
+            if not colocated:
+                prediction = predict(model, actor_gpus, critic_gpus, False, overlaps=overlaps, deferral=deferral)
+                candidates.append(candidate(names, prediction))
+    # Ranked first, fastest first; on a tie the order above (stock, then the simpler names, +shared, +defer).
     candidates.sort(key=lambda c: (not c.ranked, round(c.prediction.step_s, 9)))
     return candidates, rejected
 
@@ -167,7 +185,7 @@ def reason(candidates: list[Candidate], model: CostModel) -> str:
         saved, lost = _trade(split, stock, model)
         p = split.prediction
         return (
-            f"under the best split, {split.placement}, running the critic beside the actor would save "
+            f"under the best split, {split.name}, running the critic beside the actor would save "
             f"{saved:.2f} s per step but the actor's side would lose {lost:.2f} s on {p.actor_gpus} instead of "
             f"{stock.prediction.actor_gpus} GPUs, and the critic pool would idle {_pct(p.idle_share['critic'])} "
             f"of each step ({_pct(p.phases['gen'] / p.step_s)} during generation)."
@@ -176,10 +194,16 @@ def reason(candidates: list[Candidate], model: CostModel) -> str:
     if stock is None:
         return f"{best.placement} is the fastest placement that fits."
     _, lost = _trade(best, stock, model)
+    deferred = (
+        " (the critic's update deferred: it runs on behind the actor's update, the weight sync and the next "
+        "step's generation)"
+        if best.deferred
+        else ""
+    )
     return (
         f"the critic's values and update take {stock.prediction.critic_busy_s:.2f} s of each stock step; beside "
-        f"the actor they add only {_critic_extra(p, model):.2f} s, while the actor's side loses {lost:.2f} s on "
-        f"{p.actor_gpus} instead of {stock.prediction.actor_gpus} GPUs."
+        f"the actor{deferred} they add only {_critic_extra(p, model):.2f} s, while the actor's side loses "
+        f"{lost:.2f} s on {p.actor_gpus} instead of {stock.prediction.actor_gpus} GPUs."
     )
 
 

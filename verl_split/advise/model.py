@@ -20,6 +20,11 @@ Composition (HybridFlow's ``d_cost``, EuroSys'25 §6, with the overlaps verl-spl
 
       gen(A + C) + max(...) + max(...) + fixed + weight push + critic offload
 
+* split with the critic's update deferred into the next step (:mod:`verl_split.advise.deferral`)::
+
+      gen(A) + max([old_log_prob+ref](A), excess + values(C)) + actor_update(A) + fixed
+      excess = max(0, critic_update(C) - (actor_update(A) + weight sync + gen(A)))
+
 Scaling of each lane (one pool's work in one phase) with its pool's GPU count ``n``:
 ``t(n) = serial + parallel / n`` (Amdahl), fitted by least squares in ``1/n`` when the runs show the lane
 at two or more pool sizes. With one size only, linear scaling is *assumed* (``serial = 0``): the output says
@@ -34,6 +39,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from verl_split.advise.deferral import DeferralCosts, DeferredCritic, defer
 from verl_split.advise.runs import LANE_POOL, LANES, Run
 from verl_split.advise.shared import SharedRolloutCosts
 
@@ -114,7 +120,9 @@ class CostModel:
     def to_json(self) -> dict[str, Any]:
         return {
             "step": "gen + prep + updates + fixed; colocated phases add up, split pools take the maximum; "
-            "shared rollout: gen on actor + critic GPUs, plus the weight push and the critic offload",
+            "shared rollout: gen on actor + critic GPUs, plus the weight push and the critic offload; "
+            "deferred critic update: updates = actor_update, prep = max(old_log_prob+ref, excess + values), "
+            "excess = max(0, critic_update - (actor_update + weight sync + gen))",
             "lane_time": "serial_s + parallel_s / pool GPUs",
             "lanes": {lane: model.to_json() for lane, model in self.lanes.items()},
             "fixed_s": self.fixed_s,
@@ -145,6 +153,8 @@ class Prediction:
     idle_share: dict[str, float]  # pool ('actor', 'critic'; one 'global' when colocated) -> share of the step
     #: Set when the critic pool generates too (shared rollout): what that adds to the step, and why.
     shared: SharedRolloutCosts | None = None
+    #: Set when the critic's update is deferred into the next step: what hides and what is waited for.
+    deferred: DeferredCritic | None = None
 
     @property
     def actor_busy_s(self) -> float:
@@ -164,10 +174,13 @@ def predict(
     colocated: bool,
     overlaps: Collection[str] = OVERLAPS,
     shared: SharedRolloutCosts | None = None,
+    deferral: DeferralCosts | None = None,
 ) -> Prediction:
     """The step's time on this layout (``critic_gpus`` is ignored when colocated: one pool).
 
     ``shared``: the critic pool generates too (a split only), at these push and offload costs.
+    ``deferral``: the critic's update runs on into the next step (a split with a critic update only; not with
+    ``shared``, whose replicas need the critic pool during generation: the update is joined before them).
     """
     if colocated:
         critic_gpus, shared = actor_gpus, None
@@ -187,6 +200,17 @@ def predict(
     gen = lanes.get("gen", 0.0)
     prep = stage("actor_prep", "critic_prep", "prep")
     updates = stage("actor_update", "critic_update", "updates")
+    deferred = None
+    if deferral is not None and not colocated and shared is None and "critic_update" in lanes:
+        prep, updates, deferred = defer(
+            lanes.get("actor_update", 0.0),
+            lanes["critic_update"],
+            gen,
+            deferral.sync_s,
+            lanes.get("actor_prep", 0.0),
+            lanes.get("critic_prep", 0.0),
+            prep="prep" in overlaps,
+        )
     # The push and the offload run between the phases, on the critical path: they count in 'other'.
     step = gen + prep + updates + model.fixed_s + added
     other = model.fixed_s + added
@@ -199,7 +223,7 @@ def predict(
         idle = {"global": _idle(actor_busy + critic_busy, step)}
     else:
         idle = {"actor": _idle(actor_busy, step), "critic": _idle(critic_busy, step)}
-    return Prediction(actor_gpus, critic_gpus, colocated, phases, lanes, step, idle, shared)
+    return Prediction(actor_gpus, critic_gpus, colocated, phases, lanes, step, idle, shared, deferred)
 
 
 def _idle(busy: float, step: float) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 
+from verl_split.advise import deferral
 from verl_split.advise.advice import Advice
 from verl_split.advise.candidates import STOCK
 from verl_split.advise.model import FIT_LINEAR
@@ -33,13 +34,18 @@ def render_text(advice: Advice) -> str:
     for run in advice.runs:
         left_out = "" if run.steps[0] == run.first_step else f", step {run.first_step} left out"
         out.append(f"{run.path}: {run.layout}, {_steps(run.steps)}{left_out}; seconds, mean [min-max] over steps")
+        out += _wrap(f"read as {run.format}; layout: {run.layout_source}", "  ")
         rows = [(LANE_MEANING[lane], run.lanes[lane]) for lane, _, _ in LANES if lane in run.lanes]
         rows += [("fixed (reward, adv, rest)", run.fixed), ("step", run.step)]
+        if run.deferred:
+            rows += [("critic update hidden", run.hidden), ("wait at its join", run.join_wait)]
         for label, spread in rows:
-            out.append(f"  {label:<26} {spread.mean:8.2f} [{spread.low:.2f}-{spread.high:.2f}]")
+            if spread is not None:
+                out.append(f"  {label:<26} {spread.mean:8.2f} [{spread.low:.2f}-{spread.high:.2f}]")
         if run.step.n > 1 and run.step.mean > 0:
             out.append(f"  step-to-step spread of the step time: {_pct(run.step.std / run.step.mean)} (std / mean)")
-        out += [f"  note: {note}" for note in run.notes]
+        for note in run.notes:
+            out += _wrap(f"note: {note}", "  ")
         out.append("")
 
     out.append("cost model, each lane on its pool of n GPUs: time(n) = serial + parallel / n")
@@ -59,7 +65,7 @@ def render_text(advice: Advice) -> str:
     out.append("  step: colocated pools add every lane; split pools take max(actor, critic) in preparation and updates")
     out.append("")
 
-    out.append("predicted step time per placement (verl-split's overlaps on), fastest first")
+    out.append("predicted step time per placement, fastest first (splits with VERL_SPLIT_OVERLAP=updates,prep)")
     header = (
         f"  {'#':>2} {'placement':<22} {'actor':>5} {'critic':>6} {'gen':>7} {'prep':>7} {'updates':>7} "
         f"{'step':>8} {'vs stock':>8} {'actor idle':>10} {'critic idle':>11}"
@@ -82,6 +88,13 @@ def render_text(advice: Advice) -> str:
         if len(cand.name) > 22 or cand.same_prediction_as:
             same = f" (same prediction: {', '.join(cand.same_prediction_as)})" if cand.same_prediction_as else ""
             out.append(f"     {cand.name}{same}")
+    if advice.deferral is not None:
+        out += _wrap(
+            f"{deferral.TAG}: the same split with the critic's update deferred into the next step "
+            f"(VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}): the update phase is the actor's update",
+            "  ",
+            "    ",
+        )
     out += _shared_rows(advice)
     if advice.rejected:
         out.append(f"  not possible here: {', '.join(name for name, _ in advice.rejected)} (--json says why)")
@@ -89,6 +102,7 @@ def render_text(advice: Advice) -> str:
 
     best = advice.recommended
     shared = " with split_placement.shared_rollout=true" if best.shared_rollout else ""
+    shared += f" with {deferral.PHASE} in VERL_SPLIT_OVERLAP" if best.deferred else ""
     out.append(f"recommended: split_placement.placement={best.placement}{shared}")
     out += textwrap.wrap(f"because {advice.reason}", width=WIDTH, initial_indent="  ", subsequent_indent="  ")
     if advice.caveat:
@@ -97,14 +111,28 @@ def render_text(advice: Advice) -> str:
         out.append("  use it: run without VERL_SPLIT (stock verl)")
     else:
         env = " VERL_SPLIT_SHARED_ROLLOUT=1" if best.shared_rollout else ""
-        out.append(
-            f"  use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='{best.placement}'{env} python -m verl.trainer.main_ppo ..."
+        env += f" VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}" if best.deferred else ""
+        out += _wrap(
+            f"use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='{best.placement}'{env} python -m verl.trainer.main_ppo ...",
+            "  ",
+            "    ",
+        )
+    if advice.choice is not None:
+        choice = advice.choice
+        out += _wrap(
+            f"deferral or shared rollout, on {choice.placement}: {choice.use}, because {choice.reason}.",
+            "  ",
+            "    ",
         )
     for line in advice.assumptions:
         out += textwrap.wrap(f"assumed: {line}", width=WIDTH, subsequent_indent="  ")
     if advice.next_run:
         out += textwrap.wrap(f"to fit instead of assume: {advice.next_run}", width=WIDTH, subsequent_indent="  ")
     return "\n".join(out)
+
+
+def _wrap(text: str, indent: str, more: str | None = None) -> list[str]:
+    return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=more or indent + "  ")
 
 
 def _shared_rows(advice: Advice) -> list[str]:
@@ -172,6 +200,7 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
         )
     labels = [c.placement if len(c.placement) <= 14 else c.placement.replace(";", ";\n") for c in candidates]
     labels = [f"{label}\n{TAG}" if c.shared_rollout else label for label, c in zip(labels, candidates, strict=True)]
+    labels = [f"{label}\n{deferral.TAG}" if c.deferred else label for label, c in zip(labels, candidates, strict=True)]
     labels = [f"{label}\n(stock)" if label == STOCK else label for label in labels]
     ax.set_xticks(range(len(candidates)))
     ax.set_xticklabels(labels, fontsize=7)

@@ -1,14 +1,8 @@
 """Read runs for ``verl-split advise``: each phase's time on each pool, from verl's per-step metrics.
 
-A run is the file verl's ``file`` logger writes (``trainer.logger=[console,file]``; the path is
-``VERL_FILE_LOGGER_PATH``, else ``VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl``): one JSON
-object per line, ``{"step": N, "data": {...}}``. Flat lines (``{"step": N, "timing_s/gen": ...}``) are
-read too. Records of the same step are merged (verl logs validation apart); records without
-``timing_s/step`` are not training steps and are skipped.
-
-The layout a run trained on is in its metrics: verl-split logs ``split/actor_pool_gpus`` and
-``split/critic_pool_gpus`` every step. A run without them ran stock: every role on every GPU of the
-cluster ``--nnodes`` x ``--n-gpus-per-node``.
+A run is one log of a job's run, in any format :mod:`verl_split.advise.logs` reads (verl's console output of
+any release, verl's JSONL file logger, a CSV export of a tracker run), told by content. Its layout comes from
+the log when the log says, else from the flags (:mod:`verl_split.advise.layout`).
 
 Each step is broken into *lanes*, the work of one pool in one phase. Under split placement verl's
 ``timing_s/update_actor`` and ``timing_s/values`` measure the trainer's wait for work already under
@@ -22,20 +16,29 @@ A run with shared rollout (``VERL_SPLIT_SHARED_ROLLOUT=1``: rollout replicas on 
 generation is counted on all its GPUs (actor pool + critic pool). Its weight push to the critic pool's
 replicas, ``split/shared_rollout_sync_s``, runs in verl's weight sync, outside the phases timed here, so it
 is taken out of the run's fixed part and kept apart: it is a cost of shared rollout, not of every layout.
+
+A run with the critic's update deferred (``defer_critic`` in ``VERL_SPLIT_OVERLAP``) logs
+``split/critic_update_deferred``, ``split/critic_update_hidden_s`` and ``split/critic_join_wait_s``: its
+``timing_s/update_critic`` is only the dispatch, the critic update's lane is ``split/critic_update_s`` as in
+every split run, and without the preparation overlap the wait at the join (inside the next step's
+``timing_s/values``) is taken out of the values lane.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_split.errors import VerlSplitError
+from verl_split.advise.exports import AdviseError
+from verl_split.advise.layout import RunLayout, run_layout
+from verl_split.advise.logs import read_log
 from verl_split.placement import Cluster
 from verl_split.report import phase_times, steady_steps
+
+__all__ = ["AdviseError", "LANES", "Run", "Spread", "lane_times", "read_records", "read_run"]
 
 #: The lanes of one PPO step: (name, the pool that runs it, what it is).
 LANES: tuple[tuple[str, str, str], ...] = (
@@ -53,14 +56,12 @@ FIXED_PHASES = ("reward", "adv", "other")
 ROLLOUT_SHARE = "split/critic_pool_rollout_share"
 PUSH_S = "split/shared_rollout_sync_s"
 
-_FILE_LOGGER_HINT = (
-    "advise reads the per-step metrics verl's file logger writes: run with trainer.logger='[console,file]' "
-    "and VERL_FILE_LOGGER_PATH=run.jsonl"
-)
-
-
-class AdviseError(VerlSplitError):
-    """Input ``verl-split advise`` cannot use: the message says what is wrong and how to fix it."""
+#: The deferred critic update (``defer_critic``): its flag, its hidden part, the trainer's wait at its join.
+DEFERRED = "split/critic_update_deferred"
+HIDDEN_S = "split/critic_update_hidden_s"
+JOIN_WAIT_S = "split/critic_join_wait_s"
+#: verl's weight sync after the actor's update (0.8+ and v1; before, it is inside generation).
+SYNC_S = "timing_s/update_weights"
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,24 @@ class Run:
     #: Shared rollout: the share of sequences the critic pool generated, and the weight push to its replicas.
     rollout_share: Spread | None = None
     push: Spread | None = None
+    #: How the log was read: its format, the cluster it trained on and where the layout came from.
+    format: str = ""
+    cluster: Cluster | None = None
+    layout_source: str = ""
+    #: verl's weight sync after the actor update; a deferred critic update's hidden part and join wait.
+    sync: Spread | None = None
+    hidden: Spread | None = None
+    join_wait: Spread | None = None
 
     @property
     def shared_rollout(self) -> bool:
         """The critic pool generated too: the run's generation ran on all its GPUs."""
         return not self.colocated and self.rollout_share is not None and self.rollout_share.mean > 0
+
+    @property
+    def deferred(self) -> bool:
+        """The run deferred the critic's update into the next step (``defer_critic``)."""
+        return self.join_wait is not None
 
     def gpus_of(self, lane: str) -> int:
         if lane == "gen" and self.shared_rollout:
@@ -118,67 +132,49 @@ class Run:
         if self.colocated:
             return f"one pool of {self.actor_gpus}" + ("" if self.split_metrics else " (stock)")
         shared = ", shared rollout" if self.shared_rollout else ""
-        return f"{self.actor_gpus} actor + {self.critic_gpus} critic{shared}"
+        deferred = ", critic update deferred" if self.deferred else ""
+        return f"{self.actor_gpus} actor + {self.critic_gpus} critic{shared}{deferred}"
 
     def to_json(self) -> dict[str, Any]:
+        def spread(value: Spread | None) -> dict[str, float] | None:
+            return None if value is None else value.to_json()
+
         return {
             "path": self.path,
+            "format": self.format,
             "layout": "colocated" if self.colocated else "split",
             "actor_pool_gpus": self.actor_gpus,
             "critic_pool_gpus": self.critic_gpus,
+            "layout_source": self.layout_source,
+            "cluster": None
+            if self.cluster is None
+            else {"nnodes": self.cluster.nnodes, "n_gpus_per_node": self.cluster.n_gpus_per_node},
             "steps": list(self.steps),
             "lanes_s": {name: spread.to_json() for name, spread in self.lanes.items()},
             "fixed_s": self.fixed.to_json(),
             "step_s": self.step.to_json(),
             "shared_rollout": self.shared_rollout,
-            "critic_pool_rollout_share": None if self.rollout_share is None else self.rollout_share.to_json(),
-            "shared_rollout_sync_s": None if self.push is None else self.push.to_json(),
+            "critic_pool_rollout_share": spread(self.rollout_share),
+            "shared_rollout_sync_s": spread(self.push),
+            "weight_sync_s": spread(self.sync),
+            "critic_update_deferred": self.deferred,
+            "critic_update_hidden_s": spread(self.hidden),
+            "critic_join_wait_s": spread(self.join_wait),
             "notes": list(self.notes),
         }
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The training steps of one metrics file, one flat dict per step (``step`` included)."""
-    name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as f:
-            lines = f.readlines()
-    except FileNotFoundError:
-        raise AdviseError(f"{name}: no such file. {_FILE_LOGGER_HINT}.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AdviseError(f"{name}: cannot be read as text ({exc}). {_FILE_LOGGER_HINT}.") from None
-    by_step: dict[int, dict[str, Any]] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise AdviseError(
-                f"{name} line {number} is not JSON, so this is not a metrics file. {_FILE_LOGGER_HINT}."
-            ) from None
-        step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int | float):
-            raise AdviseError(
-                f'{name} line {number} has no numeric "step", so this is not a metrics file. {_FILE_LOGGER_HINT}.'
-            )
-        data = record.get("data", record)
-        if not isinstance(data, dict):
-            raise AdviseError(f'{name} line {number}: "data" is not an object. {_FILE_LOGGER_HINT}.')
-        by_step.setdefault(int(step), {}).update({k: v for k, v in data.items() if k != "step"})
-    if not by_step:
-        raise AdviseError(f"{name} is empty: the run logged no step. {_FILE_LOGGER_HINT}.")
-    steps = [{"step": n, **data} for n, data in sorted(by_step.items()) if _number(data.get("timing_s/step"))]
-    if not steps:
-        raise AdviseError(
-            f"{name} has metrics but no phase timings (no timing_s/step in any of its {len(by_step)} records): "
-            "advise needs verl's timing_s/* metrics of training steps, which verl's PPO trainers log every step."
-        )
-    return steps
+    """The training steps of one run's log, any format, one flat dict per step (``step`` included)."""
+    return read_log(path).steps
 
 
-def lane_times(step: Mapping[str, Any]) -> dict[str, float]:
-    """One step's lanes that the step ran: a missing lane (no critic, a critic warm-up step) is left out."""
+def lane_times(step: Mapping[str, Any], join_wait: float | None = None) -> dict[str, float]:
+    """One step's lanes that the step ran: a missing lane (no critic, a critic warm-up step) is left out.
+
+    ``join_wait``: the trainer's wait at this step's values for the previous step's deferred critic update
+    (logged with that step), inside verl's ``timing_s/values`` when values was not overlapped.
+    """
 
     def get(key: str) -> float | None:
         return _number(step.get(key))
@@ -188,10 +184,13 @@ def lane_times(step: Mapping[str, Any]) -> dict[str, float]:
         present = [v for v in values if v is not None]
         return sum(present) if present else None
 
+    values = timing("values")
+    if values is not None and join_wait:
+        values = max(values - join_wait, 0.0)
     lanes = {
         "gen": get("timing_s/gen"),
         "actor_prep": get("split/prep_actor_s") if "split/prep_actor_s" in step else timing("old_log_prob", "ref"),
-        "critic_prep": get("split/prep_critic_s") if "split/prep_critic_s" in step else timing("values"),
+        "critic_prep": get("split/prep_critic_s") if "split/prep_critic_s" in step else values,
         "critic_update": get("split/critic_update_s") if "split/critic_update_s" in step else timing("update_critic"),
     }
     if "split/critic_update_s" in step:  # verl-split timed the updates; no actor time: a critic warm-up step
@@ -202,18 +201,20 @@ def lane_times(step: Mapping[str, Any]) -> dict[str, float]:
 
 
 def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
-    """Read one run and the layout it trained on; raise AdviseError if the cluster cannot hold it."""
-    name = os.fspath(path)
-    steps = read_records(name)
+    """Read one run and the layout it trained on; raise AdviseError if it cannot be used."""
+    log = read_log(path)
+    name, steps = log.path, log.steps
     steady = steady_steps(steps)
-    notes = []
+    notes = list(log.notes)
     if len(steps) == 1:
         notes.append(f"only step {steps[0]['step']}, which pays one-off start-up costs: run a few more steps")
-    actor_gpus, critic_gpus, colocated = _layout(name, steady[-1], cluster)
-    split_metrics = "split/actor_pool_gpus" in steady[-1]
+    layout: RunLayout = run_layout(name, steady[-1], log.config, cluster)
+    notes += layout.notes
     per_lane: dict[str, list[float]] = {lane: [] for lane in LANE_POOL}
+    previous = {int(s["step"]): s for s in steps}
     for step in steady:
-        for lane, value in lane_times(step).items():
+        before = previous.get(int(step["step"]) - 1, {})
+        for lane, value in lane_times(step, _number(before.get(JOIN_WAIT_S))).items():
             per_lane[lane].append(value)
     if not per_lane["gen"]:
         raise AdviseError(
@@ -221,25 +222,27 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
             "advise needs the timing_s/* metrics of verl's PPO trainer."
         )
     times = [phase_times(step) for step in steady]
-    shares = [v for v in (_number(step.get(ROLLOUT_SHARE)) for step in steady) if v is not None]
+    shares = _values(steady, ROLLOUT_SHARE)
     pushes = [_number(step.get(PUSH_S)) for step in steady]
     measured_pushes = [push for push in pushes if push is not None]
     # The push ran in verl's weight sync, which phase_times counts in 'other': out of the fixed part.
     fixed = [sum(t[p] for p in FIXED_PHASES) - (push or 0.0) for t, push in zip(times, pushes, strict=True)]
     rollout_share = Spread.of(shares) if shares else None
-    if rollout_share is not None and rollout_share.mean > 0 and not colocated:
-        even = critic_gpus / (actor_gpus + critic_gpus)
+    if rollout_share is not None and rollout_share.mean > 0 and not layout.colocated:
+        even = layout.critic_gpus / (layout.actor_gpus + layout.critic_gpus)
         notes.append(
             f"shared rollout: the critic pool generated {100 * rollout_share.mean:.0f} % of the sequences "
             f"({100 * even:.0f} % would be an even spread over the GPUs); its generation counts as on all "
-            f"{actor_gpus + critic_gpus} GPUs"
+            f"{layout.actor_gpus + layout.critic_gpus} GPUs"
         )
+    syncs = [max(value - (push or 0.0), 0.0) for value, push in _pairs(steady, SYNC_S, PUSH_S)]
+    waits, hidden = _values(steady, JOIN_WAIT_S), _values(steady, HIDDEN_S)
     return Run(
         path=name,
-        actor_gpus=actor_gpus,
-        critic_gpus=critic_gpus,
-        colocated=colocated,
-        split_metrics=split_metrics,
+        actor_gpus=layout.actor_gpus,
+        critic_gpus=layout.critic_gpus,
+        colocated=layout.colocated,
+        split_metrics=layout.split_metrics,
         steps=tuple(int(step["step"]) for step in steady),
         first_step=int(steps[0]["step"]),
         lanes={lane: Spread.of(values) for lane, values in per_lane.items() if values},
@@ -248,29 +251,22 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         notes=tuple(notes),
         rollout_share=rollout_share,
         push=Spread.of(measured_pushes) if measured_pushes else None,
+        format=log.format,
+        cluster=layout.cluster,
+        layout_source=layout.pools_source,
+        sync=Spread.of(syncs) if syncs else None,
+        hidden=Spread.of(hidden) if hidden else None,
+        join_wait=Spread.of(waits) if waits else None,
     )
 
 
-def _layout(name: str, step: Mapping[str, Any], cluster: Cluster) -> tuple[int, int, bool]:
-    total = cluster.n_gpus
-    actor = _number(step.get("split/actor_pool_gpus"))
-    critic = _number(step.get("split/critic_pool_gpus"))
-    shape = f"--nnodes {cluster.nnodes} --n-gpus-per-node {cluster.n_gpus_per_node} ({total} GPUs)"
-    if actor is None:
-        return total, total, True  # stock: every role on every GPU of the cluster
-    a = int(actor)
-    c = a if critic is None else int(critic)  # no critic: one pool
-    if critic is not None and a + c <= total:
-        return a, c, False
-    # Equal sizes that do not fit side by side: one shared pool ('all'), unless the pools overlapped, which
-    # verl-split does only on two pools.
-    overlapped = any(_number(step.get(key)) for key in ("split/overlapped", "split/prep_overlapped"))
-    if a == c and a <= total and not overlapped:
-        return a, a, True  # actor and critic shared one pool (placement 'all')
-    raise AdviseError(
-        f"{name} trained on {a} actor-pool GPUs and {c} critic-pool GPUs, two pools, more than the cluster {shape} "
-        "holds. Pass the cluster the run trained on (--nnodes and --n-gpus-per-node)."
-    )
+def _values(steps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    return [v for v in (_number(step.get(key)) for step in steps) if v is not None]
+
+
+def _pairs(steps: Sequence[Mapping[str, Any]], key: str, other: str) -> list[tuple[float, float | None]]:
+    """(step[key], step[other] or None) for the steps that have ``key``."""
+    return [(v, _number(s.get(other))) for s in steps if (v := _number(s.get(key))) is not None]
 
 
 def _number(value: Any) -> float | None:
