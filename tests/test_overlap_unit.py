@@ -62,6 +62,7 @@ class FakeTrainer:
     def __init__(self, critic_warmup=0, blocking=False, metrics_by_keyword=False):
         self.config = SimpleNamespace(trainer=SimpleNamespace(critic_warmup=critic_warmup))
         self.global_steps = 1
+        self.total_training_steps = 1  # every step is the last: the critic's update is joined in it
         self.critic_wg = FakeCriticGroup(self, blocking)
         self.resource_pool_manager = SimpleNamespace(resource_pool_spec={"actor_pool": [2], "critic_pool": [1]})
         self.metrics_by_keyword = metrics_by_keyword

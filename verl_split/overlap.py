@@ -36,7 +36,7 @@ from typing import Any
 
 import wrapt
 
-from verl_split import settings
+from verl_split import deferred_critic, settings
 from verl_split.errors import UpdateFailedError
 from verl_split.timeline import Timeline
 from verl_split.trainers import TrainerAdapter, batch_arg
@@ -70,6 +70,10 @@ class _Step:
     critic_args: tuple
     critic_kwargs: dict
     overlapped: bool
+    global_step: int = 0  # the trainer's global_steps when the step's critic update started
+    #: the critic's update runs on into the next step (deferred_critic.py); set when it was launched so
+    deferred: bool = False
+    dispatched: concurrent.futures.Future | None = None  # deferred: the critic's request is out
     critic: _Interval = field(default_factory=_Interval)
     actor: _Interval = field(default_factory=_Interval)
     actor_future: concurrent.futures.Future | None = None
@@ -108,6 +112,12 @@ class _Step:
 
     # -- the critic side, on the trainer's thread ------------------------------------------
     def on_critic_dispatched(self, future: Any) -> Any:
+        if self.deferred:
+            # The critic's stock _update_critic runs on its own thread and waits for its result there;
+            # the trainer's thread, waiting for this, goes on to the actor's update.
+            if callable(getattr(future, "get", None)) and not self.dispatched.done():
+                self.dispatched.set_result(True)
+            return future
         if not callable(getattr(future, "get", None)):
             # A blocking dispatch already holds the result: the critic is done, nothing to overlap
             # with. The actor's update then runs where stock runs it, and the step says so.
@@ -143,7 +153,7 @@ class _Step:
     def failure(self, role: str, pool: str | None, exc: BaseException) -> UpdateFailedError:
         other = "actor" if role == "critic" else "critic"
         return UpdateFailedError(
-            f"the {role} update failed on resource pool {pool!r} (step {self.trainer.global_steps}) while the "
+            f"the {role} update failed on resource pool {pool!r} (step {self.global_step}) while the "
             f"{other} update was running: {type(exc).__name__}: {exc}. The run stops here; the {other}'s workers are "
             f"released when the trainer exits. To tell the two apart, rerun with VERL_SPLIT_OVERLAP=0."
         )
@@ -156,9 +166,15 @@ class _Step:
         ran one after the other)."""
         return self.overlapped and self.actor_future is not None
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, final: bool = True) -> dict[str, float]:
+        """The step's ``split/*`` update metrics; a deferred step's critic side only once ``final``."""
         t_critic, t_actor = self.critic.seconds, self.actor.seconds
+        if self.deferred and not final:  # the critic's update still runs: deferred_critic adds the rest
+            return {"split/overlapped": 1.0, "split/critic_update_deferred": 1.0, "split/actor_update_s": t_actor}
         metrics = {"split/critic_update_s": t_critic, "split/overlapped": float(self.really_overlapped)}
+        if self.deferred:
+            metrics["split/overlapped"] = 1.0
+            metrics["split/critic_update_deferred"] = 1.0
         if self.actor.end:
             start, end = min(self.critic.start, self.actor.start), max(self.critic.end, self.actor.end)
             wall = max(end - start, 1e-9)
@@ -182,9 +198,18 @@ class _Step:
     def finish(self, result: Any, args: tuple, kwargs: dict) -> None:
         from verl_split import prep_overlap  # it builds on this module
 
-        metrics = {**prep_overlap.take_metrics(self.trainer), **self.metrics(), **self.adapter.pool_sizes(self.trainer)}
+        metrics = {
+            **prep_overlap.take_metrics(self.trainer),
+            **self.metrics(final=False),
+            **self.adapter.pool_sizes(self.trainer),
+        }
         if self.actor.end:
             logger.info("Actor update completed in %.1fs", self.actor.seconds)
+        if self.deferred:  # the critic's side is logged and reported when deferred_critic joins it
+            self.adapter.report(result, args, kwargs, metrics)
+            self.record_timeline(critic=False)
+            deferred_critic.actor_done(self)
+            return
         logger.info("Critic update completed in %.1fs", self.critic.seconds)
         if self.actor.end:
             logger.info(
@@ -195,7 +220,14 @@ class _Step:
                 metrics["split/ideal_speedup"],
             )
         self.adapter.report(result, args, kwargs, metrics)
-        _record_timeline(self)
+        self.record_timeline()
+
+    def record_timeline(self, critic: bool = True) -> None:
+        n = self.global_step
+        if critic:
+            record_interval(f"critic update (step {n})", f"critic pool: {self.critic_pool}", self.critic)
+        if self.actor.end and not (critic and self.deferred):  # a deferred step's actor was recorded at its end
+            record_interval(f"actor update (step {n})", f"actor pool: {self.actor_pool}", self.actor)
 
 
 class _CriticGroupDuringStep(wrapt.ObjectProxy):
@@ -247,17 +279,23 @@ def record_interval(name: str, lane: str, interval: _Interval) -> None:
     timeline.flush()
 
 
-def _record_timeline(step: _Step) -> None:
-    n = step.trainer.global_steps
-    record_interval(f"critic update (step {n})", f"critic pool: {step.critic_pool}", step.critic)
-    if step.actor.end:
-        record_interval(f"actor update (step {n})", f"actor pool: {step.actor_pool}", step.actor)
-
-
 def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         logger.warning(message)
+
+
+def _log_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logger.info(message)
+
+
+def _why_sequential_defer(reason: str, trainer: Any) -> str:
+    """Why a step that does not overlap its updates does not defer the critic's either."""
+    if reason:
+        return reason
+    return "critic warm-up (trainer.critic_warmup): the actor does not update in this step"
 
 
 def _why_sequential(trainer: Any, adapter: TrainerAdapter, actor_pool: str | None, critic_pool: str | None) -> str:
@@ -273,6 +311,7 @@ def _why_sequential(trainer: Any, adapter: TrainerAdapter, actor_pool: str | Non
 
 def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
     def _wrap_update_critic(wrapped, trainer, args, kwargs):
+        deferred_critic.join("the next critic update")  # normally joined at values already
         actor_pool, critic_pool = adapter.pools(trainer)
         reason = _why_sequential(trainer, adapter, actor_pool, critic_pool)
         if reason and reason not in _warned:
@@ -280,8 +319,32 @@ def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
             logger.info("Actor and critic updates run one after the other: %s.", reason)
         overlap = not reason and adapter.actor_updates_this_step(trainer)
         step = _Step(trainer, adapter, actor_pool, critic_pool, args, kwargs, overlapped=overlap)
+        step.global_step = trainer.global_steps
         vars(trainer).pop(_STEP_ATTR, None)
+        defer = False
+        if settings.current().defer_critic:
+            why_not = adapter.why_not_defer(trainer) if overlap else _why_sequential_defer(reason, trainer)
+            if why_not:
+                _log_once(f"The critic's update is joined in its own step: {why_not}.")
+            defer = overlap and not why_not
         step.critic.start = time.monotonic()
+        if defer:
+            step.deferred = True
+            worker_group = trainer.critic_wg
+            trainer.critic_wg = _CriticGroupDuringStep(worker_group, step)
+            try:
+                # Returns once the critic's request is out; the stock call goes on on its own thread.
+                result = deferred_critic.launch(step, wrapped, args, kwargs)
+            finally:
+                trainer.critic_wg = worker_group
+            if step.deferred:
+                logger.info(
+                    "Starting the actor update beside the critic's (step %s); the critic's update runs on into "
+                    "the next step",
+                    step.global_step,
+                )
+            setattr(trainer, _STEP_ATTR, step)  # _update_actor runs here and reports its side
+            return result
         if not overlap:
             result = wrapped(*args, **kwargs)
             step.critic.end = time.monotonic()

@@ -46,8 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_split import overlap, settings
-from verl_split.errors import PrepFailedError
+from verl_split import deferred_critic, overlap, settings
+from verl_split.errors import PrepFailedError, UpdateFailedError
 from verl_split.trainers import V0Prep, batch_arg, defining_class
 
 logger = logging.getLogger("verl_split.prep")
@@ -104,11 +104,15 @@ class _PrepStep:
 
     def _run_values(self, args: tuple, kwargs: dict) -> None:
         _controller.active = True
-        started = self.critic_started()
+        started = 0.0
         try:
+            # The previous step's critic update, if it runs on, comes first; its wait is not values' time.
+            deferred_critic.join("values")
+            started = self.critic_started()
             result = self.trainer._compute_values(*args, **kwargs)
         except BaseException as exc:  # handed to the trainer's thread, which raises it
-            self.critic_ended(started)
+            if started:
+                self.critic_ended(started)
             self.values_future.set_exception(exc)
         else:
             self.critic_ended(started)
@@ -173,6 +177,9 @@ class _PrepStep:
     def join_values(self) -> Any:
         try:
             return self.values_future.result()
+        except UpdateFailedError:  # the previous step's deferred critic update: it names itself
+            self.aborted = True
+            raise
         except Exception as exc:
             self.aborted = True
             raise self.failure("critic", "values", exc) from exc
@@ -279,6 +286,8 @@ def make_reward_wrapper(adapter: V0Prep) -> Callable[..., Any]:
         if not adapter.is_step_reward(batch):
             return wrapped(*args, **kwargs)
         step = _new_step(trainer, adapter, batch)
+        if adapter.reward_pool(trainer) == step.critic_pool:
+            deferred_critic.join("the reward model on the critic's pool")
         if step.may_overlap:
             reason = adapter.why_not_during_reward(trainer, step.actor_pool)
             if reason:
@@ -310,6 +319,7 @@ def make_actor_compute_wrapper(adapter: Any) -> Callable[..., Any]:
         if not getattr(trainer, "use_critic", False):
             _log_once("this run has no critic (e.g. GRPO)")
             return wrapped(*args, **kwargs)
+        deferred_critic.raise_if_failed()  # a deferred critic update that failed during generation
         batch = batch_arg(args, kwargs)
         step: _PrepStep | None = vars(trainer).get(_STEP_ATTR)
         if step is None or not adapter.same_batch(step.batch, batch):
@@ -367,6 +377,7 @@ def make_values_wrapper(adapter: Any) -> Callable[..., Any]:
             if step is None:  # no actor-side call this step (bypass mode without ref)
                 actor_pool, critic_pool = adapter.pools(trainer)
                 step = _PrepStep(trainer, adapter, actor_pool, critic_pool, batch)
+            deferred_critic.join("values")  # the previous step's critic update, if it runs on
             started = step.critic_started()
             result = wrapped(*args, **kwargs)
             step.critic_ended(started)

@@ -30,8 +30,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     ),
     "VERL_SPLIT_OVERLAP": (
         "on",
-        "Phases run on both pools at once: on (all: updates,prep), off (none), or a comma list of "
-        "updates (the actor and critic updates) and prep (values beside old_log_prob + ref).",
+        "Phases run on both pools at once: on (updates,prep), off (none), or a comma list of "
+        "updates (the actor and critic updates), prep (values beside old_log_prob + ref) and defer_critic "
+        "(the critic's update runs on into the next step's generation, joined at its values).",
     ),
     "VERL_SPLIT_CPU": ("off", "CPU dry run: CPU platform, gloo and a Hugging Face rollout, no GPU needed."),
     "VERL_SPLIT_TRACE": ("", "Write a Chrome-trace timeline of the updates per pool to this file."),
@@ -39,21 +40,31 @@ VARIABLES: dict[str, tuple[str, str]] = {
 
 
 #: The phases of a step that verl-split can run on both pools at once (``VERL_SPLIT_OVERLAP``).
-OVERLAP_PHASES = ("updates", "prep")
+#: ``defer_critic`` builds on ``updates``: the critic's update is dispatched beside the actor's and left
+#: running into the next step (``verl_split/deferred_critic.py``).
+OVERLAP_PHASES = ("updates", "prep", "defer_critic")
+#: What ``on`` (and an unset ``VERL_SPLIT_OVERLAP``) means.
+ON_PHASES = frozenset({"updates", "prep"})
 
 
 def parse_overlap(raw: str | None) -> frozenset[str]:
     """``VERL_SPLIT_OVERLAP``: an on/off switch (on = every phase) or a comma list of phases."""
     value = (raw or "").strip().lower()
     if value in _TRUE or not value:
-        return frozenset(OVERLAP_PHASES)
+        return ON_PHASES
     if value in _FALSE:
         return frozenset()
     phases = [p.strip() for p in value.split(",") if p.strip()]
     if not phases or any(p not in OVERLAP_PHASES for p in phases):
         raise SettingsError(
-            f"VERL_SPLIT_OVERLAP={raw!r} is not an accepted value. Use on (every phase: {','.join(OVERLAP_PHASES)}), "
+            f"VERL_SPLIT_OVERLAP={raw!r} is not an accepted value. Use on ({','.join(sorted(ON_PHASES))}), "
             f"off (none), or a comma list of the phases {', '.join(OVERLAP_PHASES)}, e.g. VERL_SPLIT_OVERLAP=updates."
+        )
+    if "defer_critic" in phases and "updates" not in phases:
+        # The deferred critic update is dispatched beside the actor's: it is the update overlap, extended.
+        raise SettingsError(
+            f"VERL_SPLIT_OVERLAP={raw!r}: defer_critic runs the critic's update on into the next step beside the "
+            "actor's update, so it needs the updates phase too. Use e.g. VERL_SPLIT_OVERLAP=updates,defer_critic."
         )
     return frozenset(phases)
 
@@ -79,7 +90,7 @@ class Settings:
 
     enabled: bool = False
     placement: str = ""  # VERL_SPLIT_PLACEMENT as given; empty when unset (the planner then uses halves)
-    overlap_phases: frozenset[str] = frozenset(OVERLAP_PHASES)
+    overlap_phases: frozenset[str] = ON_PHASES
     cpu: bool = False
     trace_path: str = ""
     #: Rollout replicas on the critic pool too (``VERL_SPLIT_SHARED_ROLLOUT``); the config's
@@ -95,6 +106,11 @@ class Settings:
     def overlap_prep(self) -> bool:
         """The critic's values run beside the actor's old_log_prob + ref."""
         return "prep" in self.overlap_phases
+
+    @property
+    def defer_critic(self) -> bool:
+        """The critic's update runs on while the actor pool starts the next step; it needs ``updates``."""
+        return "defer_critic" in self.overlap_phases
 
     @property
     def any_active(self) -> bool:

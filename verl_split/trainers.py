@@ -19,13 +19,13 @@ def batch_arg(args: tuple, kwargs: dict) -> Any:
     return get_argument(args, kwargs, 0, "batch", None)
 
 
-def defining_class(cls: type, method: str) -> type:
-    """The class in ``cls``'s MRO whose own dict holds ``method``.
+def defining_class(cls: type, method: str) -> type | None:
+    """The class in ``cls``'s MRO whose own dict holds ``method`` (None if none does).
 
     Looked up in the class dicts: verl-split's wrappers are descriptors, so comparing what
     ``getattr`` returns would compare two freshly bound objects.
     """
-    return next(c for c in cls.__mro__ if method in vars(c))
+    return next((c for c in cls.__mro__ if method in vars(c)), None)
 
 
 class TrainerAdapter:
@@ -37,7 +37,8 @@ class TrainerAdapter:
     step_method: str
 
     def runs_stock_step(self, trainer: Any) -> bool:
-        return getattr(type(trainer), self.step_method) is vars(self.trainer_class)[self.step_method]
+        # Looked up in the class dicts: fit itself may carry verl-split's wrapper (deferred_critic.py).
+        return defining_class(type(trainer), self.step_method) is self.trainer_class
 
     def actor_updates_this_step(self, trainer: Any) -> bool:
         # The very condition both verl trainers use before calling _update_actor.
@@ -50,6 +51,12 @@ class TrainerAdapter:
         mapping = trainer.resource_pool_manager.mapping
         actor = next((mapping[r] for r in (Role.ActorRollout, Role.ActorRolloutRef, Role.Actor) if r in mapping), None)
         return actor, mapping.get(Role.Critic)
+
+    def reward_pool(self, trainer: Any) -> str | None:
+        """The resource pool of a reward model that runs in the trainer's step, if any."""
+        from verl.trainer.ppo.utils import Role
+
+        return trainer.resource_pool_manager.mapping.get(Role.RewardModel)
 
     def pool_sizes(self, trainer: Any) -> dict[str, float]:
         """``split/actor_pool_gpus`` and ``split/critic_pool_gpus``: the layout this run trains on."""
@@ -69,6 +76,38 @@ class TrainerAdapter:
 
     def report(self, result: Any, args: tuple, kwargs: dict, split_metrics: dict[str, float]) -> None:
         raise NotImplementedError
+
+    # -- the deferred critic update (deferred_critic.py) ----------------------------------
+    #: Methods whose stock version the deferral relies on: it joins at their entry or exit.
+    defer_methods: tuple[str, ...] = ("fit", "_save_checkpoint", "_compute_values")
+
+    def why_not_defer(self, trainer: Any) -> str:
+        """Empty when this step's critic update may run on into the next step, else the reason it may not."""
+        if trainer.global_steps >= trainer.total_training_steps:
+            return "this is the run's last step (nothing follows to hide the update behind)"
+        for method in self.defer_methods:
+            owner = defining_class(type(trainer), method)
+            if owner is not self.trainer_class:
+                who = f"{owner.__name__} overrides" if owner else f"{type(trainer).__name__} has no"
+                return f"{who} {method}(), where the deferred update is joined"
+        profiler = trainer.config.get("global_profiler", None)
+        if profiler is not None and profiler.get("steps", None):
+            # fit's profiling calls every worker group at the end of a profiled step: the critic's
+            # stop_profile would queue behind its own update (Ray runs an actor's calls in order).
+            return "verl's profiler (global_profiler.steps) calls the critic's workers at the end of each step"
+        return ""
+
+    def placeholder(self, args: tuple, kwargs: dict) -> Any:
+        """What the stock ``_update_critic`` call returns to ``fit`` while its update runs on."""
+        raise NotImplementedError
+
+    def critic_metrics(self, result: Any, private: dict | None, args: tuple, kwargs: dict) -> dict:
+        """The critic's metrics exactly as stock ``fit`` would have added them to the step's metrics."""
+        raise NotImplementedError
+
+    def kept_batch(self, args: tuple, kwargs: dict) -> tuple[frozenset, str] | None:
+        """(keys, partition) of stored data the critic's workers read while the update runs, if any."""
+        return None
 
 
 class V1Adapter(TrainerAdapter):
@@ -100,6 +139,35 @@ class V1Adapter(TrainerAdapter):
     def report(self, result, args, kwargs, split_metrics):
         self._metrics(args, kwargs).update(split_metrics)
 
+    def why_not_defer(self, trainer):
+        if getattr(trainer, "trainer_mode", "sync") != "sync":
+            return f"verl's v1 trainer runs in {trainer.trainer_mode!r} mode; the deferral is built for 'sync'"
+        if getattr(trainer, "parameter_sync_step", 1) != 1:
+            # step() folds several _step_once calls into one record; each would join the previous one's critic.
+            return "trainer.v1 parameter_sync_step > 1 runs several updates per step"
+        return super().why_not_defer(trainer)
+
+    def placeholder(self, args, kwargs):
+        return batch_arg(args, kwargs)  # stock returns the batch it was given
+
+    def critic_metrics(self, result, private, args, kwargs):
+        # PPOTrainer.step() folds each _step_once's metrics through verl's MetricsAggregator, weighted
+        # by the batch's non-padding samples (verl/trainer/ppo/v1/trainer_base.py step()): the very
+        # same reduction, on the critic's metrics alone (it reduces each key on its own).
+        from verl.trainer.ppo.v1.utils import MetricsAggregator
+
+        batch = batch_arg(args, kwargs)
+        samples = sum(not tag.get("is_padding", False) for tag in batch.tags)
+        aggregator = MetricsAggregator()
+        aggregator.add_step_metrics(private or {}, sample_count=samples)
+        return aggregator.get_aggregated_metrics()
+
+    def kept_batch(self, args, kwargs):
+        # The critic's workers read the step's fields from TransferQueue inside their call; fit clears
+        # the step's keys at its end (tq.kv_clear): that clear must wait for the update.
+        batch = batch_arg(args, kwargs)
+        return frozenset(batch.keys), batch.partition_id
+
 
 class V0Adapter(TrainerAdapter):
     """``verl/trainer/ppo/ray_trainer.py`` ``RayPPOTrainer``: ``_update_*(batch)`` return a DataProto
@@ -112,6 +180,18 @@ class V0Adapter(TrainerAdapter):
 
     def report(self, result, args, kwargs, split_metrics):
         result.meta_info.setdefault("metrics", {}).update(split_metrics)
+
+    def placeholder(self, args, kwargs):
+        # fit reduces `critic_output.meta_info["metrics"]` into the step's metrics at once
+        # (verl/trainer/ppo/ray_trainer.py fit): an empty record; the real one joins the step's log.
+        from verl import DataProto
+
+        return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
+
+    def critic_metrics(self, result, private, args, kwargs):
+        from verl.utils.metric import reduce_metrics  # what fit applies to critic_output
+
+        return reduce_metrics(result.meta_info["metrics"])
 
 
 class V0Prep(V0Adapter):
@@ -144,11 +224,6 @@ class V0Prep(V0Adapter):
         """The step's own reward call, not REMAX's baseline or validation's: only the step's batch
         carries ``global_token_num``, which ``fit`` sets after balancing, just before the reward."""
         return "global_token_num" in batch.meta_info
-
-    def reward_pool(self, trainer: Any) -> str | None:
-        from verl.trainer.ppo.utils import Role
-
-        return trainer.resource_pool_manager.mapping.get(Role.RewardModel)
 
     def why_not_during_reward(self, trainer: Any, actor_pool: str | None) -> str:
         owner = defining_class(type(trainer), "_compute_reward_colocate")
