@@ -238,6 +238,11 @@ class BothPoolsCheckpointManager:
             ) from exc
 
     def update_weights(self, global_steps: int | None = None) -> Any:
+        from verl_split import deferred_critic
+
+        # The critic pool's replicas wake beside the critic: a critic update still running on from the
+        # step (VERL_SPLIT_OVERLAP defer_critic) finishes first, so the two never share its GPUs.
+        deferred_critic.join("the weight push to the critic pool's rollout replicas")
         started = time.perf_counter()
         # Wake first: verl's colocated replicas sleep at level 1 and a wake-up restores the weights they had
         # (verl/workers/rollout/vllm_rollout/vllm_async_server.py sleep/wake_up), so the new weights must come
