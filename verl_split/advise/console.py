@@ -51,6 +51,7 @@ class ConsoleLog:
     config: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
     step_lines: int = 0
+    cut_steps: frozenset[int] = frozenset()  # steps whose line lost items
 
 
 def parse_value(text: str) -> float | None:
@@ -76,8 +77,8 @@ def parse_items(segment: str) -> tuple[dict[str, float], list[str]]:
     values: dict[str, float] = {}
     damaged = []
     for item in segment.split(" - "):
-        key, sep, raw = item.rpartition(":")  # a value has no colon; a key might
-        value = parse_value(raw) if sep and key and " " not in key else None
+        key, sep, raw = item.rpartition(":")  # a value has no colon, nor does any key verl logs
+        value = parse_value(raw) if sep and key and " " not in key and ":" not in key else None
         if value is None:
             damaged.append(item)
         else:
@@ -99,9 +100,9 @@ def _line_end(text: str, start: int) -> int:
     return end if cr < 0 else cr
 
 
-def _continuation(text: str, end: int, prefix: str, segment: str) -> tuple[dict[str, float], int] | None:
-    """The rest of a step line cut at ``end`` (by a newline and maybe other processes' lines), found on one of
-    the next lines from the same process and glued back on; None when no such line makes it whole."""
+def _continuation(text: str, end: int, prefix: str, segment: str) -> dict[str, float] | None:
+    """The rest of a step line cut at ``end``: the same process's next line, past other processes' lines, when it
+    carries on the step's items and makes the line whole; else None."""
     position = end
     for _ in range(_CONTINUATION_WINDOW):
         if position >= len(text):
@@ -109,13 +110,13 @@ def _continuation(text: str, end: int, prefix: str, segment: str) -> tuple[dict[
         start = position + 1
         position = _line_end(text, start)
         line_prefix, content = split_prefix(text[start:position])
-        if line_prefix != prefix or STEP_RE.search(content):
+        if line_prefix != prefix:
             continue
-        if not (_CONTINUATION_RE.match(content) or content.startswith((" - ", "- "))):
-            continue
+        # A process writes in order: its next line is the rest, or the line was not cut.
+        if STEP_RE.search(content) or not (_CONTINUATION_RE.match(content) or content.startswith((" - ", "- "))):
+            return None
         values, damaged = parse_items(segment + content)
-        if not damaged:
-            return values, position
+        return None if damaged else values
     return None
 
 
@@ -125,10 +126,7 @@ def parse_console(text: str) -> ConsoleLog:
     cut: dict[int, list[str]] = {}
     glued = 0
     matches = list(STEP_RE.finditer(text))
-    resume = 0
     for index, match in enumerate(matches):
-        if match.start() < resume:  # inside a continuation already glued back
-            continue
         end = _line_end(text, match.end())
         after = matches[index + 1].start() if index + 1 < len(matches) else len(text)
         segment = text[match.end() : min(end, after)]
@@ -140,8 +138,7 @@ def parse_console(text: str) -> ConsoleLog:
             prefix, _ = split_prefix(text[line_start : match.start()])
             joined = _continuation(text, end, prefix, segment)
             if joined is not None:
-                values, damaged = joined[0], []
-                resume = joined[1]
+                values, damaged = joined, []
                 glued += 1
         step = int(match.group(1))
         records.setdefault(step, {}).update(values)
@@ -156,7 +153,7 @@ def parse_console(text: str) -> ConsoleLog:
     config, config_note = find_config(text)
     if config_note:
         notes.append(config_note)
-    return ConsoleLog(records, config, notes, step_lines=len(matches))
+    return ConsoleLog(records, config, notes, step_lines=len(matches), cut_steps=frozenset(cut))
 
 
 def find_config(text: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from verl_split.advise.exports import AdviseError
 from verl_split.errors import PlacementError, VerlSplitError
-from verl_split.placement import CRITIC_POOL, Cluster, plan_placement
+from verl_split.placement import CRITIC_POOL, Cluster, Requirements, plan_placement
 
 CONFIG = "the config printed at start-up"
 FLAGS = "--nnodes x --n-gpus-per-node (the log does not say)"
@@ -60,7 +60,10 @@ def planned_pools(config: Mapping[str, Any], cluster: Cluster) -> tuple[tuple[in
     from verl_split.placement.verl_config import placement_from_config, requirements_from_config
 
     try:
-        plan = plan_placement(placement_from_config(config, env_value=""), cluster, requirements_from_config(config))
+        needs = requirements_from_config(config)
+        # The run has run: only its pool sizes matter here, not whether its batch or parallel sizes fit them.
+        roles = Requirements(needs.critic, needs.critic_reason, needs.reward, needs.reward_own_pool)
+        plan = plan_placement(placement_from_config(config, env_value=""), cluster, roles)
     except (PlacementError, VerlSplitError, ValueError) as exc:
         return None, f"its split_placement block could not be planned on {cluster.describe()}: {exc}"
     critic = next((pool for pool in plan.pools if pool.name == CRITIC_POOL), None)

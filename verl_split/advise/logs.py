@@ -82,7 +82,7 @@ def read_log(path: str | os.PathLike[str]) -> Log:
     if not text.strip():
         raise AdviseError(f"{name} is empty: no step was logged. {FORMATS_HINT}.")
     first = text.lstrip("\ufeff \t\r\n").split("\n", 1)[0]
-    config = None
+    config, cut = None, frozenset()
     if first.startswith("{") and not first.startswith("{'"):
         kind = JSONL
         records, more = parse_jsonl(text, name, FORMATS_HINT)
@@ -99,16 +99,23 @@ def read_log(path: str | os.PathLike[str]) -> Log:
                     "logger on (trainer.logger='[console]' or '[console,...]'), and did the run reach a step?"
                 )
             raise AdviseError(f"{name} is in none of the formats advise reads: {FORMATS_HINT}.")
-        records, more, config = console.records, console.notes, console.config
+        records, more, config, cut = console.records, console.notes, console.config, console.cut_steps
     notes += more
     if not records:
+        if more:  # the only metrics line was cut
+            raise AdviseError(f"{name}: no whole step to read ({'; '.join(more)}).")
         raise AdviseError(f"{name} is empty: it holds no step's metrics. {FORMATS_HINT}.")
-    steps, more = training_steps(records, name)
+    steps, more = training_steps(records, name, cut)
     return Log(name, kind, steps, config, notes + more)
 
 
-def training_steps(records: dict[int, dict[str, Any]], name: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The records that are training steps, with ``timing_s/*`` names and a total; notes on what stood in."""
+def training_steps(
+    records: dict[int, dict[str, Any]], name: str, cut: frozenset[int] = frozenset()
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records that are training steps, with ``timing_s/*`` names and a total; notes on what stood in.
+
+    ``cut``: steps whose line lost items; without a total of their own they are left out, never summed up.
+    """
     for data in records.values():
         for key in [k for k in data if k.startswith("timing/")]:
             data.setdefault("timing_s/" + key[len("timing/") :], data[key])
@@ -124,14 +131,15 @@ def training_steps(records: dict[int, dict[str, Any]], name: str) -> tuple[list[
             "records have none)."
         )
     notes = []
-    if any(_number(d.get(TOTAL)) is not None for d in timed.values()):
-        cut = [n for n, d in timed.items() if _number(d.get(TOTAL)) is None]
-        if cut:
-            notes.append(f"step {_numbers(cut)} left out: no {TOTAL}, the line or row was cut")
-        timed = {n: d for n, d in timed.items() if n not in cut}
-        if not timed:
-            raise AdviseError(f"{name}: every step's line is cut (no {TOTAL} in any): no whole step to read.")
-    else:
+    has_total = any(_number(d.get(TOTAL)) is not None for d in timed.values())
+    # Where the log has totals, a step without one was cut; in verl 0.1's log (none) only a step that lost items.
+    partial = [n for n, d in timed.items() if _number(d.get(TOTAL)) is None and (has_total or n in cut)]
+    if partial:
+        notes.append(f"step {_numbers(partial)} left out: no {TOTAL}, the line or row was cut")
+        timed = {n: d for n, d in timed.items() if n not in partial}
+    if not timed:
+        raise AdviseError(f"{name}: every step's line is cut (no {TOTAL} in any): no whole step to read.")
+    if not has_total:
         for data in timed.values():
             data[TOTAL] = sum(_number(data.get(f"timing_s/{p}")) or 0.0 for p in TOP_PHASES)
         notes.append(
