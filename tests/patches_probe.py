@@ -35,7 +35,11 @@ def outcome(call) -> dict:
 
 def per_node_fit() -> dict:
     import ray
-    from verl.single_controller.ray.base import ResourcePoolManager
+
+    try:
+        from verl.single_controller.ray.base import ResourcePoolManager
+    except ImportError:  # verl 0.7.0: verl/trainer/ppo/ray_trainer.py:70
+        from verl.trainer.ppo.ray_trainer import ResourcePoolManager
 
     ray.init(address=ARGS["ray_address"], log_to_driver=False)
     try:

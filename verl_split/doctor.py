@@ -1,5 +1,10 @@
 """``verl-split doctor``: what is installed, whether it is supported, and what is patched.
 
+Each feature (``preflight.FEATURES``) is listed as available or not on the installed verl, with the
+preflight's reason: the same check a run makes before Ray starts (``activation.activate``), read from
+verl's source. ``supported`` means the run this environment asks for would start: a verl at or above
+the minimum, and every switched-on feature available (with verl-split off: split placement).
+
 With ``--ray`` the same report is made inside a Ray worker process, which is where the
 training actually runs: a plugin that is on in the shell but off in the workers is the
 failure this command exists to catch.
@@ -40,9 +45,10 @@ def collect_report() -> dict[str, Any]:
         "loaded_by": None,  # who imported verl-split's bootstrap in this process
         "problems": [],
     }
+    accepted = False
     try:
         compat.check_supported()
-        report["supported"] = True
+        accepted = True
     except VerlSplitError as exc:
         report["problems"].append(str(exc))
     try:
@@ -52,6 +58,14 @@ def collect_report() -> dict[str, Any]:
     except VerlSplitError as exc:
         report["problems"].append(str(exc))
         return report
+    if accepted:
+        report["tested"] = compat.is_tested()
+        report["preflight"] = preflight_features(wanted)
+        blocking = [f["reason"] for f in report["preflight"].values() if f["on"] and not f["available"]]
+        report["problems"] += blocking
+        report["supported"] = not blocking and all(
+            f["available"] for k, f in report["preflight"].items() if k == "placement" or f["on"]
+        )
     if report["verl_version"] is None:
         return report
     try:
@@ -71,7 +85,9 @@ def collect_report() -> dict[str, Any]:
         report["loaded_by"] = patches.loaded_by()
         report["verl_patches"] = patches.report()
     except ActivationFailed as exc:
-        report["problems"].append(str(exc.code))
+        message = str(exc.code)
+        if not any(p in message for p in report["problems"]):  # the preflight's line is listed already
+            report["problems"].append(message)
         return report
     except Exception as exc:  # verl itself does not import: its dependencies do not fit together
         report["problems"].append(verl_import_problem(report["verl_version"], exc))
@@ -82,6 +98,19 @@ def collect_report() -> dict[str, Any]:
             "installed in this environment and that VERL_USE_EXTERNAL_PLUGINS does not exclude it."
         )
     return report
+
+
+def preflight_features(wanted: settings.Settings) -> dict[str, dict[str, Any]]:
+    """Each feature this verl has seams for: available or not (the preflight's reason), and on or off."""
+    from verl_split import activation
+
+    report = activation.run_preflight()
+    switches = frozenset(s for s, on in (("split", wanted.enabled), ("cpu", wanted.cpu)) if on)
+    on = activation.features_on(switches, wanted)
+    features = report.features()
+    for key, feature in features.items():
+        feature["on"] = key in on
+    return features
 
 
 def verl_import_problem(version: str, exc: BaseException) -> str:
@@ -122,9 +151,17 @@ def _print_text(report: dict[str, Any], where: str) -> None:
     yes_no = {True: "yes", False: "no"}
     print(f"[{where}, pid {report['pid']}]")
     print(f"  verl-split        {report['verl_split_version']}")
-    print(f"  verl              {report['verl_version'] or 'not installed'}  (supported: {report['supported_verl']})")
+    tested = {True: "tested", False: "untested: newer than the tested releases", None: ""}[report.get("tested")]
+    version = report["verl_version"] or "not installed"
+    print(f"  verl              {version}  (supported: {report['supported_verl']}{'; ' + tested if tested else ''})")
     print(f"  ray               {report['ray_version'] or 'not installed'}")
     print(f"  supported         {yes_no[report['supported']]}")
+    for index, feature in enumerate(report.get("preflight", {}).values()):
+        label = "features" if index == 0 else ""
+        state = "available" if feature["available"] else "NOT available"
+        print(f"  {label:<17} {feature['label']:<23} {state}, {'on' if feature['on'] else 'off'}")
+        if not feature["available"]:
+            print(f"  {'':<17}   {feature['reason']}")
     features = ", ".join(report["features"])
     print(f"  active            {yes_no[report['active']]}" + (f" ({features})" if features else ""))
     print(f"  patches applied   {', '.join(report['patches']) or '-'}")

@@ -49,7 +49,10 @@ def has_per_node_fit() -> bool | None:
     """``ResourcePoolManager`` checks each placement group against the nodes; None if its source is unreadable."""
     import inspect
 
-    from verl.single_controller.ray.base import ResourcePoolManager
+    try:
+        from verl.single_controller.ray.base import ResourcePoolManager
+    except ImportError:  # verl 0.7.0 keeps it in verl/trainer/ppo/ray_trainer.py:70 (base.py since 0.7.1)
+        from verl.trainer.ppo.ray_trainer import ResourcePoolManager
 
     try:
         source = inspect.getsource(ResourcePoolManager._check_resource_available)

@@ -75,6 +75,12 @@ FEATURES: dict[str, Feature] = {
             "set VERL_SPLIT_OVERLAP=updates (or off) to run values after old_log_prob and ref",
         ),
         Feature(
+            "defer_critic",
+            "deferred critic update",
+            lambda s: s.enabled and "defer_critic" in s.overlap_phases,
+            "leave defer_critic out of VERL_SPLIT_OVERLAP (e.g. VERL_SPLIT_OVERLAP=updates,prep)",
+        ),
+        Feature(
             "shared_rollout",
             "shared rollout",
             lambda s: s.enabled and s.shared_rollout,
@@ -122,6 +128,8 @@ def parse(text: str, default_module: str) -> Need:
         parsed = []
         for item in filter(None, match["params"].split(",")):
             name, _, index = item.partition("@")
+            if not name.isidentifier() or (index and not index.isdigit()):
+                raise ValueError(f"malformed need {text!r}: a parameter is `name` or `name@index`, got {item!r}")
             parsed.append((name, int(index) if index else None))
         params = tuple(parsed)
     path = tuple(match["path"].split("."))
@@ -161,7 +169,9 @@ class Source:
 
     def file_of(self, module: str) -> Path | None:
         parts = module.split(".")
-        for root in self.roots:
+        # verl from its roots; a seam may also target another package verl uses (transfer_queue): sys.path.
+        roots = self.roots if _is_verl(module) else [*self.roots, *(Path(p or ".") for p in sys.path)]
+        for root in roots:
             for candidate in (root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts, "__init__.py")):
                 if candidate.is_file():
                     return candidate
@@ -380,12 +390,53 @@ def check_need(source: Source, need: Need) -> str | None:
     return _check_params(source, found, need)
 
 
+def locate(source: Source, need: Need) -> tuple[str, ast.AST] | None:
+    """The module and the definition (def, class, or assignment) that meet ``need``, for tests that break it."""
+    modules = need.module.split("|")
+    module = next((m for m in modules if source.resolve(m, need.path[0]) is not None), modules[0])
+    owner: Any = _Module(module)
+    where, found = module, None
+    for name in need.path:
+        if isinstance(owner, _Module):
+            where, found = owner.name, source.resolve(owner.name, name)
+            if isinstance(found, _Class):
+                where = found.module
+        elif isinstance(owner, _Class):
+            where = owner.module
+            found = _member_with_module(source, owner, name)
+            if isinstance(found, tuple):
+                where, found = found
+        if found is None:
+            return None
+        owner = found
+    node = found.node if isinstance(found, _Class) else found
+    return (where, node) if isinstance(node, ast.AST) and not isinstance(node, ast.Name) else None
+
+
+def _member_with_module(source: Source, cls: _Class, name: str, depth: int = 0) -> Any:
+    for node in cls.node.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return cls.module, node
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and name in _assigned_names(node):
+            return cls.module, node
+    if depth < 20:
+        for base in cls.node.bases:
+            parent = source._base(cls.module, base)
+            if parent is not None:
+                found = _member_with_module(source, parent, name, depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
 def _check_params(source: Source, found: Any, need: Need) -> str | None:
     function = found
     is_method = len(need.path) > 1
     if isinstance(found, _Class):
         function = source.member(found, "__init__")
         is_method = True
+        if function is None and _is_dataclass(found.node):
+            return _check_fields(found.node, need)
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None  # not a def we can read (an alias, a builtin base): nothing more to check
     arguments = function.args
@@ -401,6 +452,30 @@ def _check_params(source: Source, found: Any, need: Need) -> str | None:
         if index is not None and (index >= len(positional) or positional[index] != name):
             actual = positional.index(name) if name in positional else "keyword-only"
             return f"{'.'.join(need.path)}'s parameter {name!r} is argument {actual}, not {index}"
+    return None
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "dataclass":
+            return True
+    return False
+
+
+def _check_fields(node: ast.ClassDef, need: Need) -> str | None:
+    """A dataclass's ``__init__`` takes its annotated fields, in order."""
+    fields = [
+        n.target.id
+        for n in node.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and "ClassVar" not in ast.dump(n.annotation)
+    ]
+    for name, index in need.params or ():
+        if name not in fields:
+            return f"{'.'.join(need.path)} has no parameter {name!r} (it takes: {', '.join(fields) or 'nothing'})"
+        if index is not None and fields.index(name) != index:
+            return f"{'.'.join(need.path)}'s parameter {name!r} is argument {fields.index(name)}, not {index}"
     return None
 
 
@@ -440,12 +515,13 @@ def verl_roots() -> list[Path]:
     loaded = sys.modules.get("verl")
     if loaded is not None and getattr(loaded, "__file__", None):
         return [Path(loaded.__file__).resolve().parent.parent]
-    import importlib.util
-
-    spec = importlib.util.find_spec("verl")
-    if spec is None or spec.origin is None:
-        return []
-    return [Path(spec.origin).resolve().parent.parent]
+    # sys.path in order, as the import system's path finder walks it. Not importlib.util.find_spec: it
+    # would ask verl-split's one-shot start-up finder (verl_split/_startup.py), which then steps aside.
+    for entry in sys.path:
+        root = Path(entry or ".")
+        if (root / "verl" / "__init__.py").is_file():
+            return [root.resolve()]
+    return []
 
 
 def run(seams: Iterable[Any], source: Source | None = None) -> Report:
