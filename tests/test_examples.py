@@ -49,6 +49,11 @@ def compose_split(overrides: list[str]):
     return compose_config(SPLIT_CONFIG, str(CONFIG_DIR), overrides)
 
 
+#: Batch sizes that 6 + 2 and 3 + 5 GPUs split evenly (the planner checks the job's batch per pool).
+FITS_6_2 = ["data.train_batch_size=1152", "actor_rollout_ref.actor.ppo_mini_batch_size=384"]
+FITS_3_5 = ["data.train_batch_size=1200", "actor_rollout_ref.actor.ppo_mini_batch_size=240"]
+
+
 def spec_of(config) -> dict[str, list[int]]:
     # env_value="": the config's own block decides, as in a run (its default already reads the variable).
     return planner.plan_from_config(config, env_value="").resource_pool_spec
@@ -75,13 +80,15 @@ def test_split_config_defaults_to_halves_and_plans():
 @pytest.mark.unit
 def test_split_config_takes_verl_split_placement_from_the_environment(monkeypatch):
     monkeypatch.setenv("VERL_SPLIT_PLACEMENT", "6:2")
-    assert spec_of(compose_split([])) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
+    assert spec_of(compose_split(FITS_6_2)) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
 
 
 @pytest.mark.unit
 def test_split_config_override_wins_over_the_environment(monkeypatch):
     monkeypatch.setenv("VERL_SPLIT_PLACEMENT", "6:2")
-    config = compose_split(["split_placement.placement=3:5", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"])
+    config = compose_split(
+        ["split_placement.placement=3:5", "actor_rollout_ref.rollout.tensor_model_parallel_size=1", *FITS_3_5]
+    )
     assert spec_of(config) == {"actor_rollout_ref_pool": [3], "critic_pool": [5]}
 
 
@@ -91,6 +98,7 @@ def test_split_config_takes_groups_instead_of_placement():
         [
             "~split_placement.placement",
             "+split_placement.groups=[{roles:[actor,rollout,ref],gpus:'0-5'},{roles:[critic],gpus:'6-7'}]",
+            *FITS_6_2,
         ]
     )
     assert spec_of(config) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
@@ -99,7 +107,7 @@ def test_split_config_takes_groups_instead_of_placement():
 @pytest.mark.unit
 def test_split_config_takes_role_groups_quoted_as_the_readme_shows():
     # What the shell hands hydra for 'split_placement.placement="actor,rollout,ref:0-5;critic,reward:6-7"'.
-    config = compose_split(['split_placement.placement="actor,rollout,ref:0-5;critic,reward:6-7"'])
+    config = compose_split(['split_placement.placement="actor,rollout,ref:0-5;critic,reward:6-7"', *FITS_6_2])
     assert spec_of(config) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
 
 
@@ -156,12 +164,13 @@ def test_deepseek_script_runs_main_ppo_split_with_verls_keys(tmp_path):
 @pytest.mark.parametrize(
     ("extra", "env"),
     [
-        (["split_placement.placement=6:2"], {}),
-        ([], {"VERL_SPLIT_PLACEMENT": "6:2"}),
+        (["split_placement.placement=6:2", *FITS_6_2], {}),
+        (FITS_6_2, {"VERL_SPLIT_PLACEMENT": "6:2"}),
     ],
     ids=["override", "environment"],
 )
-def test_deepseek_script_header_examples_plan(tmp_path, monkeypatch, extra, env):
+def test_deepseek_script_takes_the_placement_from_overrides_or_the_environment(tmp_path, monkeypatch, extra, env):
+    # Every layout the header advertises is planned on every family in test_placement_recipe.
     argv = script_arguments(EXAMPLE / "run_deepseek7b_llm.sh", tmp_path, *extra, env=env)
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -123,10 +123,31 @@ def test_explicit_ranges_within_one_node():
     assert plan.mapping["reward"] == CRITIC_POOL
 
 
-def test_explicit_ranges_across_nodes_are_uneven_counts_per_node():
-    plan = plan_placement("actor:0-5,8-9;critic:6-7,10-15", Cluster(2, 8), PPO)
-    assert plan.resource_pool_spec == {ACTOR_POOL: [6, 2], CRITIC_POOL: [2, 6]}
-    assert plan.pool(ACTOR_POOL).per_node == {0: 6, 1: 2}
+@pytest.mark.parametrize(
+    ("placement", "verdict"),
+    [
+        ("actor:0-5,8-9;critic:6-7,10-15", "with [6, 2] it fails an assertion (6 workers on a node with 2 GPUs)"),
+        ("actor:0-1,8-13;critic:2-7,14-15", "with [2, 6] it starts 4 of 8 workers, which wait forever for the others"),
+    ],
+)
+def test_a_pool_with_different_counts_on_its_nodes_is_refused(placement, verdict):
+    # verl's RayWorkerGroup uses the first node's count for every node (base.py:564 in 0.9.1).
+    with pytest.raises(PlacementError) as exc:
+        plan_placement(placement, Cluster(2, 8), PPO)
+    message = str(exc.value)
+    assert "actor_rollout_ref_pool would have " in message and verdict in message, message
+    assert "_init_with_resource_pool, verl/single_controller/ray/base.py:564" in message
+    assert "same number of GPUs on every node it uses, e.g. " in message
+
+
+def test_uneven_per_node_error_names_the_counts():
+    with pytest.raises(PlacementError, match=r"would have 6 GPUs on node 0 and 2 on node 1\. verl starts"):
+        plan_placement("actor:0-5,8-9;critic:6-7,10-15", Cluster(2, 8), PPO)
+
+
+def test_explicit_ranges_across_nodes_with_even_counts_still_plan():
+    plan = plan_placement("actor:0-5,8-13;critic:6-7,14-15", Cluster(2, 8), PPO)
+    assert plan.resource_pool_spec == {ACTOR_POOL: [6, 6], CRITIC_POOL: [2, 2]}
     assert plan.mapping["rollout"] == plan.mapping["ref"] == ACTOR_POOL  # they follow the actor
 
 
@@ -160,7 +181,7 @@ def test_whitespace_and_case_are_forgiven():
 
 
 def test_render_fits_100_columns_for_two_nodes_of_8():
-    for placement in ("halves", "per-node", "all", "actor:0-5,8-9;critic,reward:6-7,10-13"):
+    for placement in ("halves", "per-node", "all", "actor:0-5,8-13;critic,reward:6-7,14-15"):
         text = render_plan(plan_placement(placement, Cluster(2, 8), PPO_RM))
         picture = text.split("\n\n")[1]
         assert max(len(line) for line in picture.splitlines()) <= 100, picture

@@ -6,6 +6,8 @@ or verl's own trainer config composed with hydra plus the overrides a run would 
 The placement comes from ``--placement``, else the config's ``split_placement``, else
 ``VERL_SPLIT_PLACEMENT``, else ``halves``; shared rollout from ``--shared-rollout``, else the
 config's ``split_placement.shared_rollout``, else ``VERL_SPLIT_SHARED_ROLLOUT``, else off.
+With a config, the job's batch is checked against every pool by the installed verl's rules (``--verl``
+picks another family's); without one, no batch rule is checked.
 Bad input: one message on stderr, exit code 2.
 """
 
@@ -48,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Plan with rollout replicas on the critic pool too (default: the config's "
         "split_placement.shared_rollout, else VERL_SPLIT_SHARED_ROLLOUT, else off).",
     )
+    parser.add_argument(
+        "--verl",
+        choices=("0.7", "0.8", "0.9"),
+        help="Check the job's batch with this verl family's rules (default: the installed verl's).",
+    )
     parser.add_argument("--config-name", help="Compose this verl trainer config with hydra (e.g. ppo_trainer).")
     parser.add_argument("--config-path", help="Directory of the config (default: verl's trainer/config).")
     parser.add_argument(
@@ -78,7 +85,7 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
     config: Any = None
     if args.config_name or args.config_path or args.overrides:
         config = compose_config(args.config_name or "ppo_trainer", args.config_path, args.overrides)
-        requirements = planner.requirements_from_config(config)
+        requirements = planner.requirements_from_config(config, family=args.verl)
         nnodes = planner.select_key(config, "trainer.nnodes") if args.nnodes is None else args.nnodes
         per_node = args.n_gpus_per_node
         if per_node is None:

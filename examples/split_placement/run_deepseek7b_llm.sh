@@ -3,12 +3,18 @@
 # GSM8K, vLLM rollout, FSDP training. The default placement (halves) gives GPUs 0-3 to the actor,
 # rollout and ref and GPUs 4-7 to the critic; the two updates of every step run at the same time.
 #
-#   bash run_deepseek7b_llm.sh                                  # halves
-#   bash run_deepseek7b_llm.sh split_placement.placement=6:2    # any hydra override comes last
-#   VERL_SPLIT_PLACEMENT=6:2 bash run_deepseek7b_llm.sh         # same, from the environment
+#   bash run_deepseek7b_llm.sh                                  # halves: 4 + 4 GPUs
+#   bash run_deepseek7b_llm.sh split_placement.placement=6:2 data.train_batch_size=1152 actor_rollout_ref.actor.ppo_mini_batch_size=384
+#   NNODES=2 bash run_deepseek7b_llm.sh                         # halves on 2 nodes: one node per side
+#   NNODES=2 bash run_deepseek7b_llm.sh split_placement.placement=per-node
+#
+# Any hydra override given after the script name comes last, so it wins. Batch sizes are split over
+# each pool's GPUs, not over all of them: 6:2 needs a batch and a mini-batch that 6 (and 2) GPUs
+# split evenly, hence its two batch overrides (the planner refuses 6:2 with 1024 / 256 before Ray
+# starts, naming the sizes that fit; `verl-split plan` shows it without a GPU, see the README).
 #
 # The data: verl's examples/data_preprocess/gsm8k.py (in verl's repository) writes
-# train.parquet and test.parquet into ~/data/gsm8k. Needs verl-split[vllm] on the GPU machine.
+# train.parquet and test.parquet into ~/data/gsm8k. Install: see the README (verl-split[gpu]).
 set -xeuo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,7 +27,7 @@ N_GPUS_PER_NODE="${N_GPUS_PER_NODE:-8}"
 
 # Sizes are per pool, not per node: with halves each side has 4 GPUs. A rollout tensor parallel
 # size of 2 makes two vLLM replicas there (three with 6:2); the planner stops a placement whose
-# actor pool it does not divide (3:5 needs actor_rollout_ref.rollout.tensor_model_parallel_size=1).
+# actor pool it does not divide, or whose pools cannot split the batch below.
 # The KL penalty in the reward uses the reference policy, which lives in the actor's pool; its
 # parameters are offloaded since it only runs forward passes. Every key here exists in verl 0.7,
 # 0.8 and 0.9 (the critic's FSDP block moved: critic.model.fsdp_config in 0.7, critic.fsdp after;

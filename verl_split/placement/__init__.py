@@ -27,9 +27,18 @@ an error. Roles sharing one group are collocated (one pool); a GPU in two groups
 What verl can build: its ``resource_pool_spec`` is a GPU *count* per node
 (``verl/single_controller/ray/base.py`` ``RayResourcePool``: one STRICT_PACK placement group per
 entry). A pool's explicit GPU set becomes the count of its GPUs on each node it touches, in node
-order, so uneven sets (``0-5,8-9`` -> ``[6, 2]``) are supported, and ``verl_split.pools`` pins each
-count to its node. Which device ids inside a node a pool gets is Ray's choice: the ids within a
-node are labels of the picture, not a pinning.
+order, and ``verl_split.pools`` pins each count to its node. A pool must have the *same* count on
+every node it touches: ``RayWorkerGroup._init_with_resource_pool`` (``base.py:538-577`` in verl
+0.9.1, ``local_world_size = resource_pool.store[0]`` at :564) starts every node's workers with the
+first node's count, so ``0-5,8-9`` -> ``[6, 2]`` fails an assertion and ``[2, 6]`` starts 4 of 8
+workers that wait forever. The planner refuses such pools. Which device ids inside a node a pool
+gets is Ray's choice: the ids within a node are labels of the picture, not a pinning.
+
+The job's batch: every role's mini-batch (times ``rollout.n``), micro-batches and log-prob batches
+must split over its pool's data-parallel ranks, by each family's rules (``batch_rules``, with
+verl's file:line); a layout that breaks one is refused with the numbers, the nearest sizes and the
+nearest layouts that fit (``batch``). The rules are read from the run's config
+(``batch_config``); a plan without a config (``verl-split plan --placement 6:2``) checks none.
 
 Shared rollout (``split_placement.shared_rollout`` or ``VERL_SPLIT_SHARED_ROLLOUT``, off by default):
 rollout replicas on the critic's pool too, beside the actor's hybrid ones (``Plan.rollout_pools``).
@@ -38,6 +47,7 @@ it touches and room for one more worker group per GPU (``plan_placement``); the 
 v1 trainer in sync mode, with LoRA merged (``check_shared_rollout_run``).
 """
 
+from verl_split.placement.batch_config import batch_from_config
 from verl_split.placement.model import (
     ACTOR_POOL,
     ACTOR_SIDE,
@@ -46,6 +56,7 @@ from verl_split.placement.model import (
     GLOBAL_POOL,
     MAX_WORKER_GROUPS_PER_GPU,
     ROLES,
+    BatchConfig,
     Cluster,
     GroupSpec,
     ParallelSize,
@@ -82,6 +93,7 @@ __all__ = [
     "ROLES",
     "SHARED_ROLLOUT_TRAINER_MODES",
     "SHORTHANDS",
+    "BatchConfig",
     "Cluster",
     "GroupSpec",
     "ParallelSize",
@@ -89,6 +101,7 @@ __all__ = [
     "Plan",
     "Pool",
     "Requirements",
+    "batch_from_config",
     "check_shared_rollout_run",
     "cluster_from_config",
     "parse_placement",

@@ -66,6 +66,85 @@ class ParallelSize:
     within_node: bool = False
 
 
+# --------------------------------------------------------------------------- the job's batch
+
+TRAIN_BATCH = "data.train_batch_size"
+ROLLOUT_N = "actor_rollout_ref.rollout.n"
+ACTOR_MINI = "actor_rollout_ref.actor.ppo_mini_batch_size"
+ACTOR_MICRO = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+ACTOR_MICRO_GLOBAL = "actor_rollout_ref.actor.ppo_micro_batch_size"
+LOG_PROB_MICRO = "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"
+LOG_PROB_GLOBAL = "actor_rollout_ref.rollout.log_prob_micro_batch_size"
+REF_MICRO = "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"
+REF_GLOBAL = "actor_rollout_ref.ref.log_prob_micro_batch_size"
+CRITIC_MINI = "critic.ppo_mini_batch_size"
+CRITIC_MICRO = "critic.ppo_micro_batch_size_per_gpu"
+CRITIC_MICRO_GLOBAL = "critic.ppo_micro_batch_size"
+CRITIC_FORWARD_GLOBAL = "critic.forward_micro_batch_size"
+#: Every batch key the rules read (``placement.batch_rules``).
+BATCH_KEYS: tuple[str, ...] = (
+    TRAIN_BATCH,
+    ROLLOUT_N,
+    ACTOR_MINI,
+    ACTOR_MICRO,
+    ACTOR_MICRO_GLOBAL,
+    LOG_PROB_MICRO,
+    LOG_PROB_GLOBAL,
+    REF_MICRO,
+    REF_GLOBAL,
+    CRITIC_MINI,
+    CRITIC_MICRO,
+    CRITIC_MICRO_GLOBAL,
+    CRITIC_FORWARD_GLOBAL,
+)
+#: The trainer paths whose batch rules differ: verl 0.9's v1 trainer and the ``RayPPOTrainer`` on the
+#: engine workers ("v0"), and verl 0.7's legacy ``fsdp_workers`` ("legacy").
+BATCH_RULES: tuple[str, ...] = ("v1", "v0", "legacy")
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """The run's batch sizes and which family's rules apply (read by ``placement.batch_config``)."""
+
+    family: str  # "0.7", "0.8", "0.9"
+    rules: str  # one of BATCH_RULES
+    values: tuple[tuple[str, int | None], ...]  # config key -> value (None: unset)
+    #: key -> the key its value follows (verl's critic.ppo_mini_batch_size is ${...actor.ppo_mini_batch_size}).
+    followers: tuple[tuple[str, str], ...] = ()
+    #: calls with dynamic batch sizes, so no micro-batch rule: "actor", "log_prob", "ref".
+    dynamic: frozenset[str] = frozenset()
+    #: role -> what divides its pool into data-parallel ranks (Ulysses, or Megatron tp x pp x cp).
+    divisors: tuple[tuple[str, int], ...] = ()
+    #: roles on verl 0.7's legacy Megatron workers: only the even-rows rule applies to them.
+    megatron: frozenset[str] = frozenset()
+
+    def get(self, key: str) -> int | None:
+        return dict(self.values).get(key)
+
+    @property
+    def n(self) -> int:
+        return self.get(ROLLOUT_N) or 1
+
+    @property
+    def rows(self) -> int | None:
+        """Samples in a step's batch: ``train_batch_size x rollout.n``."""
+        batch = self.get(TRAIN_BATCH)
+        return None if batch is None else batch * self.n
+
+    def divisor(self, role: str) -> int:
+        return dict(self.divisors).get(role, 1)
+
+    def with_value(self, key: str, value: int) -> BatchConfig:
+        """The same run with ``key`` (and every key that follows it) set to ``value``."""
+        changed = {key} | {k for k, leader in self.followers if leader == key}
+        values = tuple((k, value if k in changed else v) for k, v in self.values)
+        return BatchConfig(self.family, self.rules, values, self.followers, self.dynamic, self.divisors, self.megatron)
+
+    def describe(self) -> str:
+        trainer = {"v1": "v1 trainer", "v0": "RayPPOTrainer, engine workers", "legacy": "RayPPOTrainer, legacy workers"}
+        return f"verl {self.family}, {trainer[self.rules]}"
+
+
 @dataclass(frozen=True)
 class Requirements:
     """What the run needs from a placement, read from verl's config."""
@@ -77,6 +156,8 @@ class Requirements:
     #: The reward model has its own ``reward_pool`` (``reward.reward_model.enable_resource_pool``).
     reward_own_pool: bool = False
     parallel: tuple[ParallelSize, ...] = ()
+    #: The job's batch sizes; None (a plan without a config) checks no batch rule.
+    batch: BatchConfig | None = None
 
     def needed_roles(self) -> frozenset[str]:
         roles = set(ACTOR_SIDE)

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from verl_split.errors import PlacementError
+from verl_split.placement.batch import batch_message, batch_problems
 from verl_split.placement.model import (
     ACTOR_POOL,
     ACTOR_SIDE,
     CRITIC_POOL,
     GLOBAL_POOL,
-    MAX_WORKER_GROUPS_PER_GPU,
     ROLES,
     Cluster,
     Placement,
@@ -22,6 +22,9 @@ from verl_split.placement.model import (
     Requirements,
 )
 from verl_split.placement.parse import parse_placement
+from verl_split.placement.shared import SWITCH_OFF_HINT, check_shared_rollout
+
+__all__ = ["SWITCH_OFF_HINT", "plan_placement"]
 
 
 def plan_placement(
@@ -29,10 +32,13 @@ def plan_placement(
     cluster: Cluster,
     requirements: Requirements | None = None,
     shared_rollout: bool = False,
+    *,
+    suggest: bool = True,
 ) -> Plan:
     """Lay a placement onto a cluster and validate it against the run's requirements.
 
     ``shared_rollout``: rollout replicas on the critic's pool too; the pool must hold them.
+    ``suggest``: a refusal names the nearest layouts that would pass (planning each of them).
     """
     if not isinstance(placement, Placement):
         placement = parse_placement(placement)
@@ -72,9 +78,76 @@ def plan_placement(
         shared_rollout=shared_rollout,
     )
     _check_parallel_sizes(plan, req)
+    _check_same_count_per_node(plan, placement, req, shared_rollout, suggest)
     if shared_rollout:
-        _check_shared_rollout(plan, req)
+        check_shared_rollout(plan, req)
+    found = batch_problems(plan, req.batch)
+    if found:
+        assert req.batch is not None
+        layouts = _layouts_that_fit(placement, plan, req, shared_rollout) if suggest else []
+        raise PlacementError(batch_message(plan, req.batch, found, layouts))
     return plan
+
+
+def _check_same_count_per_node(
+    plan: Plan, placement: Placement, req: Requirements, shared_rollout: bool, suggest: bool
+) -> None:
+    """A pool must have the same number of GPUs on every node it uses.
+
+    verl builds a pool's workers node by node with the *first* node's count for every node
+    (``RayWorkerGroup._init_with_resource_pool``, ``verl/single_controller/ray/base.py:538-577`` in
+    0.9.1, ``local_world_size = resource_pool.store[0]`` at :564; the same in 0.7.1 :557 and 0.8.0
+    :562): ``[6, 2]`` fails its ``local_world_size <= pg.bundle_count`` assertion, ``[2, 6]`` starts
+    4 of 8 workers with ``WORLD_SIZE=8``, which wait forever for the other four.
+    """
+    for pool in plan.pools:
+        counts = pool.process_on_nodes
+        if len(set(counts)) <= 1:
+            continue
+        parts = [f"{count} on node {node}" for node, count in pool.per_node.items()]
+        per_node = parts[0].replace(" on", " GPUs on", 1) + "".join(f", {p}" for p in parts[1:-1]) + f" and {parts[-1]}"
+        started = min(counts[0], min(counts)) * len(counts)
+        layouts = _layouts_that_fit(placement, plan, req, shared_rollout) if suggest else []
+        hint = f", e.g. {' or '.join(layouts)}" if layouts else ""
+        raise PlacementError(
+            f"{plan.source}={plan.placement!r}: {pool.name} would have {per_node}. verl starts a pool's "
+            f"workers node by node with the first node's count for every node (RayWorkerGroup."
+            f"_init_with_resource_pool, verl/single_controller/ray/base.py:564 in 0.9.1): with {counts} it "
+            + (
+                f"fails an assertion ({counts[0]} workers on a node with {min(counts)} GPUs)"
+                if counts[0] > min(counts)
+                else f"starts {started} of {pool.size} workers, which wait forever for the others"
+            )
+            + f". Give the pool the same number of GPUs on every node it uses{hint}."
+        )
+
+
+def _layouts_that_fit(placement: Placement, plan: Plan, req: Requirements, shared_rollout: bool) -> list[str]:
+    """The per-node ratios ``A:C`` nearest to this layout's (one with fewer actor GPUs, one with more) that plan."""
+    cluster = plan.cluster
+    per_node = cluster.n_gpus_per_node
+    if placement.kind == "all" or per_node < 2:
+        return []
+    if placement.ratio is not None:
+        current = placement.ratio[0]
+    elif placement.kind in ("halves", "per-node") and (cluster.nnodes == 1 or placement.kind == "per-node"):
+        current = (per_node + 1) // 2
+    else:  # whole nodes (per-group) or explicit groups: the actor pool's count on its first node
+        actor_pool = plan.pool_of("actor")
+        current = next(iter(actor_pool.per_node.values())) if actor_pool is not None else per_node
+    fits = []
+    for actor in range(1, per_node):
+        text = f"{actor}:{per_node - actor}"
+        if actor == current and placement.kind == "ratio":
+            continue
+        try:
+            plan_placement(text, cluster, req, shared_rollout, suggest=False)
+        except PlacementError:
+            continue
+        fits.append(actor)
+    below = [a for a in fits if a <= current][-1:]
+    above = [a for a in fits if a > current][:1]
+    return [f"{a}:{per_node - a}" for a in below + above]
 
 
 def _split_gpus(placement: Placement, cluster: Cluster) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -259,60 +332,3 @@ def _check_parallel_sizes(plan: Plan, req: Requirements) -> None:
                         f"{need.role} replica of {need.key}={need.size} GPUs would straddle nodes. Give the pool "
                         f"a multiple of {need.size} GPUs on every node it uses."
                     )
-
-
-#: How to undo the switch, for the end of every shared-rollout message.
-SWITCH_OFF_HINT = "switch shared rollout off (unset VERL_SPLIT_SHARED_ROLLOUT, or split_placement.shared_rollout=false)"
-
-
-def _check_shared_rollout(plan: Plan, req: Requirements) -> None:
-    """The critic's pool must exist apart from the actor's and hold whole rollout replicas beside its roles."""
-    where = f"{plan.source}={plan.placement!r}"
-    actor, critic = plan.pool_of("actor"), plan.pool_of("critic")
-    if critic is None:
-        raise PlacementError(
-            f"shared rollout puts rollout replicas on the critic pool; this run has none ({req.critic_reason}). "
-            f"Enable the critic (critic.enable=true) with a split placement such as halves, or {SWITCH_OFF_HINT}."
-        )
-    if actor is None or critic.name == actor.name:
-        raise PlacementError(
-            f"shared rollout puts rollout replicas on the critic pool, but {where} places the critic on the actor's "
-            f"GPUs ({critic.name}), so there is no second pool to generate on. Choose a split placement such as "
-            f"halves or 6:2, or {SWITCH_OFF_HINT}."
-        )
-
-    # Whole replicas on every node: verl cuts a pool into replicas of tp x dp x pp GPUs, and
-    # verl-split keeps each replica inside one node (its placement group is per node).
-    replica = next((p for p in req.parallel if p.role == "rollout"), None)  # absent: 1 GPU, always whole
-    for node, count in critic.per_node.items():
-        if replica is not None and count % replica.size:
-            size, gpus = replica.size, f"{count} GPU{'s' if count > 1 else ''}"
-            raise PlacementError(
-                f"{where}: the critic pool has {gpus} on node {node}, not a whole number of rollout replicas "
-                f"of {size} GPUs ({replica.key}={size}); choose a placement whose critic side holds a multiple of "
-                f"{size} GPUs per node{_ratio_hint(plan, size)}, or lower the rollout's parallel size, "
-                f"or {SWITCH_OFF_HINT}."
-            )
-
-    # Worker groups on the critic pool's GPUs: its roles (critic, a colocated reward model)
-    # and the shared rollout's own group. A teacher model never counts: verl 0.9 gives it
-    # a teacher_pool of its own (trainer/ppo/v1/trainer_base.py _init_resource_pool_mgr).
-    groups = [*critic.roles, "shared rollout"]
-    if len(groups) > MAX_WORKER_GROUPS_PER_GPU:
-        raise PlacementError(
-            f"{where}: shared rollout would put {len(groups)} worker groups on each GPU of the critic pool "
-            f"({', '.join(groups)}), but verl lets {MAX_WORKER_GROUPS_PER_GPU} share a GPU (each asks for "
-            f"1/{MAX_WORKER_GROUPS_PER_GPU} of it, ResourcePoolManager max_colocate_count) and Ray would wait "
-            "forever for the last one. Give the reward model its own pool "
-            f"(reward.reward_model.enable_resource_pool=true), or {SWITCH_OFF_HINT}."
-        )
-
-
-def _ratio_hint(plan: Plan, replica: int) -> str:
-    """``", e.g. 4:4"``: a split of one node whose two sides both hold whole replicas; empty when none does."""
-    per_node = plan.cluster.n_gpus_per_node
-    replicas = per_node // replica
-    if per_node % replica or replicas < 2:
-        return ""
-    critic = replica * (replicas // 2)  # the odd replica to the actor's side, as halves does
-    return f", e.g. {per_node - critic}:{critic}"

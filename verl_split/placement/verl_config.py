@@ -9,7 +9,8 @@ from typing import Any
 from verl_split.errors import PlacementError, SettingsError
 from verl_split.placement.model import DEFAULT_READY_TIMEOUT_S, Cluster, ParallelSize, Placement, Plan, Requirements
 from verl_split.placement.parse import DEFAULT_PLACEMENT, parse_placement
-from verl_split.placement.planner import SWITCH_OFF_HINT, plan_placement
+from verl_split.placement.planner import plan_placement
+from verl_split.placement.shared import SWITCH_OFF_HINT
 
 #: Keys accepted in the ``split_placement`` config block.
 CONFIG_KEYS: tuple[str, ...] = ("placement", "groups", "ready_timeout_s", "shared_rollout")
@@ -64,8 +65,13 @@ _FSDP_BLOCKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def requirements_from_config(config: Any) -> Requirements:
-    """Read what a placement must satisfy from verl's (OmegaConf or dict) trainer config."""
+def requirements_from_config(config: Any, family: str | None = None) -> Requirements:
+    """Read what a placement must satisfy from verl's (OmegaConf or dict) trainer config.
+
+    ``family``: whose batch rules apply ("0.7", "0.8", "0.9"); None reads the installed verl's.
+    """
+    from verl_split.placement.batch_config import batch_from_config
+
     # The critic rule of verl/trainer/ppo/utils.py need_critic, restated so that this module
     # imports no verl: critic.enable decides when set, else the advantage estimator is GAE.
     enable = select_key(config, "critic.enable")
@@ -121,6 +127,7 @@ def requirements_from_config(config: Any) -> Requirements:
         reward=reward_enabled and not own_pool,
         reward_own_pool=reward_enabled and own_pool,
         parallel=tuple(p for p in parallel if p.size > 1),
+        batch=batch_from_config(config, family),
     )
 
 

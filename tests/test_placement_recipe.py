@@ -1,0 +1,108 @@
+"""The 8-GPU recipe's advertised layouts plan with the recipe's own settings, on every family's batch rules.
+
+Each ``bash run_deepseek7b_llm.sh ...`` line of the script's header is run with a stand-in interpreter
+that records the arguments (``test_examples.script_arguments``), composed with hydra against the
+installed verl's config, and planned with the batch rules of verl 0.7 (legacy and engine workers),
+0.8, and 0.9 (v1 and v0 trainers). The layouts the recipe used to advertise, 6:2 and 3:5 with its
+1024 / 256 batch, are refused, through ``verl-split plan`` too.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+from test_examples import EXAMPLE, compose_split, script_arguments
+
+from verl_split import placement as planner
+from verl_split.errors import PlacementError
+
+pytestmark = pytest.mark.unit
+
+SCRIPT = EXAMPLE / "run_deepseek7b_llm.sh"
+#: (family, extra overrides): every trainer path whose batch rules differ.
+RULES = [
+    ("0.9", []),
+    ("0.9", ["trainer.use_v1=false"]),
+    ("0.8", []),
+    ("0.7", []),
+    ("0.7", ["+trainer.use_legacy_worker_impl=disable"]),  # a 0.7 key, new to the installed config
+]
+RULE_IDS = ["0.9-v1", "0.9-v0", "0.8", "0.7-legacy", "0.7-engine"]
+
+
+def advertised() -> list[tuple[dict[str, str], list[str]]]:
+    """(environment, arguments) of every ``bash run_deepseek7b_llm.sh`` line in the script's header."""
+    lines = []
+    for line in SCRIPT.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        match = re.match(r"#\s+((?:\w+=\S+\s+)*)bash run_deepseek7b_llm\.sh(.*?)(?:\s+#.*)?$", line)
+        if match:
+            env = dict(word.split("=", 1) for word in shlex.split(match.group(1)))
+            lines.append((env, shlex.split(match.group(2))))
+    return lines
+
+
+def test_the_header_advertises_layouts():
+    layouts = advertised()
+    assert len(layouts) >= 4, layouts
+    assert any("split_placement.placement=6:2" in args for _, args in layouts)
+
+
+@pytest.mark.parametrize(("family", "extra"), RULES, ids=RULE_IDS)
+@pytest.mark.parametrize(("env", "args"), advertised(), ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_every_advertised_layout_plans_with_the_recipes_settings(tmp_path, monkeypatch, env, args, family, extra):
+    monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
+    argv = script_arguments(SCRIPT, tmp_path, *args, env=env)
+    config = compose_split([*argv[1:], *extra])
+    req = planner.requirements_from_config(config, family=family)
+    assert req.batch is not None and req.batch.family == family
+    plan = planner.plan_placement(planner.placement_from_config(config, ""), planner.cluster_from_config(config), req)
+    assert plan.pool_of("critic") is not None and plan.pool_of("critic") is not plan.pool_of("actor")
+
+
+@pytest.mark.parametrize(("family", "extra"), RULES, ids=RULE_IDS)
+@pytest.mark.parametrize(
+    "layout",
+    [
+        ["split_placement.placement=6:2"],
+        ["split_placement.placement=3:5", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"],
+    ],
+    ids=["6:2", "3:5"],
+)
+def test_the_old_advertised_layouts_are_refused_with_the_recipes_batch(tmp_path, monkeypatch, layout, family, extra):
+    monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
+    argv = script_arguments(SCRIPT, tmp_path, *layout)
+    config = compose_split([*argv[1:], *extra])
+    with pytest.raises(PlacementError) as exc:
+        planner.plan_placement(
+            planner.placement_from_config(config, ""),
+            planner.cluster_from_config(config),
+            planner.requirements_from_config(config, family=family),
+        )
+    message = str(exc.value)
+    assert (
+        "the pools cannot run this job's batch" in message and "Or a layout whose pools fit this batch: 4:4" in message
+    )
+
+
+def test_the_recipes_6_2_through_verl_split_plan(tmp_path, monkeypatch, capsys):
+    """The recipe's own settings with 6:2, as `verl-split plan` takes them: the issue's case."""
+    from verl_split import cli
+
+    monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
+    argv = script_arguments(SCRIPT, tmp_path)
+    command = ["plan", "--config-path", str(EXAMPLE / "config"), "--config-name", "ppo_trainer_split"]
+    assert cli.main([*command, "--placement", "6:2", *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "--placement='6:2': the pools cannot run this job's batch (verl 0.9, v1 trainer)" in err
+    assert "actor (actor_rollout_ref_pool, 6 GPUs, data-parallel size 6)" in err
+    assert "ppo_mini_batch_size=256 x actor_rollout_ref.rollout.n=1 = 256 samples" in err
+    assert "(256 % 6 = 4); verl asserts it at verl/workers/engine_workers.py:267" in err
+    assert "Fits on these pools: actor_rollout_ref.actor.ppo_mini_batch_size=240 or 288." in err
+    assert "Or a layout whose pools fit this batch: 4:4." in err
+    # The fix the header advertises plans, through the same command.
+    fixed = ["data.train_batch_size=1152", "actor_rollout_ref.actor.ppo_mini_batch_size=384"]
+    assert cli.main([*command, "--placement", "6:2", *argv[1:], *fixed]) == 0

@@ -1,0 +1,128 @@
+"""Read the job's batch sizes, and which family's batch rules apply, from verl's trainer config.
+
+Which rules (``placement.batch_rules``): verl 0.9 runs its v1 trainer unless ``trainer.use_v1=false``
+(``verl/trainer/main_ppo.py``); 0.8 runs ``RayPPOTrainer`` on the engine workers; 0.7 runs its legacy
+``fsdp_workers`` / ``megatron_workers`` unless ``trainer.use_legacy_worker_impl=disable``
+(0.7.1 ``verl/trainer/main_ppo.py:128-207``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl_split.placement.model import (
+    ACTOR_MINI,
+    BATCH_KEYS,
+    BATCH_RULES,
+    CRITIC_MINI,
+    BatchConfig,
+)
+
+#: The families whose rules are known, oldest first.
+FAMILIES: tuple[str, ...] = ("0.7", "0.8", "0.9")
+#: Where each role's training keys live, and its engine block (Ulysses size, Megatron sizes).
+_ROLE_PREFIX = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
+_FSDP_BLOCKS = {"actor": ("fsdp_config",), "ref": ("fsdp_config",), "critic": ("fsdp", "model.fsdp_config")}
+
+
+def installed_family() -> str | None:
+    from verl_split import compat
+
+    version = compat.installed_version()
+    if version is None:
+        return None
+    try:
+        return compat.family_of(version)
+    except Exception:  # an unparsable version: the newest rules
+        return None
+
+
+def batch_from_config(config: Any, family: str | None = None) -> BatchConfig | None:
+    """The run's batch: None when the config has no train batch size (nothing to check)."""
+    from verl_split.placement.verl_config import select_key
+
+    if select_key(config, "data.train_batch_size") is None:
+        return None
+    family = family or installed_family() or FAMILIES[-1]
+    if family not in FAMILIES:
+        family = FAMILIES[-1] if family > FAMILIES[-1] else FAMILIES[0]
+    if family == "0.9":
+        rules = "v0" if select_key(config, "trainer.use_v1", True) is False else "v1"
+    elif family == "0.8":
+        rules = "v0"
+    else:
+        impl = str(select_key(config, "trainer.use_legacy_worker_impl", "auto"))
+        rules = "v0" if impl == "disable" else "legacy"
+    assert rules in BATCH_RULES
+
+    values = tuple((key, _int(select_key(config, key))) for key in BATCH_KEYS)
+    dynamic = set()
+    if select_key(config, "actor_rollout_ref.actor.use_dynamic_bsz", False):
+        dynamic.add("actor")
+    if select_key(config, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", False):
+        dynamic.add("log_prob")
+    if select_key(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False):
+        dynamic.add("ref")
+
+    # The reference runs only when a KL term needs it (verl/trainer/ppo/utils.py need_reference_policy).
+    uses_ref = bool(select_key(config, "algorithm.use_kl_in_reward", False)) or bool(
+        select_key(config, "actor_rollout_ref.actor.use_kl_loss", False)
+    )
+    divisors = []
+    megatron = set()
+    for role in ("actor", "ref", "critic"):
+        if role == "ref" and not uses_ref:
+            continue
+        divisor, is_megatron = _divisor(config, role)
+        divisors.append((role, divisor))
+        if is_megatron and rules == "legacy":
+            megatron.add(role)
+    return BatchConfig(
+        family=family,
+        rules=rules,
+        values=values,
+        followers=_followers(config),
+        dynamic=frozenset(dynamic),
+        divisors=tuple(divisors),
+        megatron=frozenset(megatron),
+    )
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _divisor(config: Any, role: str) -> tuple[int, bool]:
+    """What splits the role's pool besides data parallelism: Ulysses (FSDP), tp x pp x cp (Megatron)."""
+    from verl_split.placement.verl_config import select_key
+
+    prefix = _ROLE_PREFIX[role]
+    strategy = str(select_key(config, f"{prefix}.strategy", "") or "")
+    if role == "ref" and not strategy:
+        strategy = str(select_key(config, "actor_rollout_ref.actor.strategy", "") or "")
+    if strategy == "megatron":
+        size = 1
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+            size *= _int(select_key(config, f"{prefix}.megatron.{key}")) or 1
+        return size, True
+    keys = [f"{prefix}.ulysses_sequence_parallel_size"]
+    keys += [f"{prefix}.{block}.ulysses_sequence_parallel_size" for block in _FSDP_BLOCKS[role]]
+    return max((_int(select_key(config, key)) or 1 for key in keys), default=1), False
+
+
+def _followers(config: Any) -> tuple[tuple[str, str], ...]:
+    """Keys whose value is an interpolation of another batch key (verl's critic mini-batch follows the actor's)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(config, DictConfig):
+        return ()
+    found = []
+    for key in (CRITIC_MINI,):
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(config, parent)
+        if not isinstance(node, DictConfig) or leaf not in node or not OmegaConf.is_interpolation(node, leaf):
+            continue
+        raw = OmegaConf.to_container(node, resolve=False).get(leaf)
+        if isinstance(raw, str) and ACTOR_MINI in raw:
+            found.append((key, ACTOR_MINI))
+    return tuple(found)
