@@ -99,68 +99,72 @@ def defer(
 
 @dataclass(frozen=True)
 class Choice:
-    """Deferral or shared rollout on one split, and why."""
+    """Deferral or shared rollout for the job, each on the split that suits it best, and why."""
 
-    placement: str
     use: str  # "deferral", "shared rollout" or "neither"
     reason: str
-    defer_saves_s: float
-    shared_saves_s: float | None  # None: the push is not known
-    shared_break_even_push_s: float | None
+    defer_placement: str | None
+    defer_saves_s: float  # against the fastest split with neither
+    shared_placement: str | None
+    shared_saves_s: float | None  # None: the push is not known (or no split holds replicas)
+    shared_break_even_push_s: float | None  # shared rollout wins below this push, when the push is not known
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "placement": self.placement,
             "use": self.use,
             "reason": self.reason,
+            "deferral_placement": self.defer_placement,
             "deferral_saves_s": self.defer_saves_s,
+            "shared_rollout_placement": self.shared_placement,
             "shared_rollout_saves_s": self.shared_saves_s,
             "shared_rollout_wins_if_push_under_s": self.shared_break_even_push_s,
         }
 
 
 def choose(everything: Sequence[Candidate]) -> Choice | None:
-    """Deferral or shared rollout, on the fastest split: each one's saving against the same split without it."""
-    splits = [c for c in everything if c.is_split and c.ranked]
-    if not splits:
+    """Deferral or shared rollout: the fastest ``+defer`` row against the fastest ``+shared`` row, each one's
+    saving against the fastest split with neither; a ``+shared`` row whose push is not known is a lower bound."""
+    ordered = sorted(everything, key=lambda c: c.prediction.step_s)
+    plain = next((c for c in ordered if c.is_split and not c.deferred and not c.shared_rollout), None)
+    deferred = next((c for c in ordered if c.deferred), None)
+    shared = next((c for c in ordered if c.shared_rollout), None)
+    if plain is None or deferred is None:
         return None
-    best = splits[0]
-    place = best.placement
-    same = [c for c in everything if c.is_split and best.placement in (c.placement, *c.same_prediction_as)]
-    base = next((c for c in same if not c.shared_rollout and not c.deferred), None)
-    deferred = next((c for c in same if c.deferred), None)
-    shared = next((c for c in same if c.shared_rollout), None)
-    if base is None or deferred is None:
-        return None
-    step = base.prediction.step_s
+    base = plain.prediction.step_s
     d = deferred.prediction.deferred
     assert d is not None
-    defer_saves = step - deferred.prediction.step_s
+    defer_saves = base - deferred.prediction.step_s
     what_defer = (
-        f"the deferral saves {defer_saves:.2f} s per step ({d.critic_update_s:.2f} s of critic update beside "
-        f"{d.window_s:.2f} s of actor update, weight sync and generation; {d.excess_s:.2f} s left to wait before "
-        "values)"
+        f"the deferral ({deferred.placement}) saves {defer_saves:.2f} s per step against {plain.placement} without "
+        f"it ({d.critic_update_s:.2f} s of critic update beside {d.window_s:.2f} s of actor update, weight sync and "
+        f"generation; {d.excess_s:.2f} s left to wait before values)"
     )
+    both = "they do not add up: with shared rollout the deferred update is joined before the critic pool generates"
     if shared is None:
         use = "deferral" if defer_saves > 1e-9 else "neither"
-        return Choice(place, use, f"{what_defer}; shared rollout does not fit this split", defer_saves, None, None)
+        reason = f"{what_defer}; no split's critic pool holds whole rollout replicas for shared rollout"
+        return Choice(use, reason, deferred.placement, defer_saves, None, None, None)
+    step = shared.prediction.step_s
     if shared.ranked:
-        shared_saves = step - shared.prediction.step_s
-        what_shared = f"shared rollout saves {shared_saves:.2f} s ({shared.prediction.shared.push_basis} push)"
-        if max(defer_saves, shared_saves) <= 1e-9:
-            use = "neither"
-        else:
-            use = "deferral" if defer_saves >= shared_saves else "shared rollout"
+        shared_saves: float | None = base - step
+        assert shared.prediction.shared is not None
+        what_shared = (
+            f"shared rollout ({shared.placement}) saves {shared_saves:.2f} s with a "
+            f"{shared.prediction.shared.push_basis} push"
+        )
+        use = "deferral" if defer_saves >= shared_saves else "shared rollout"
+        use = use if max(defer_saves, shared_saves) > 1e-9 else "neither"
         break_even = None
     else:
         shared_saves = None
-        free = step - shared.prediction.step_s  # a lower bound: the push is not in it
-        break_even = free - defer_saves if free > defer_saves else None
+        gap = deferred.prediction.step_s - step  # the push under which shared rollout is the faster
+        break_even = gap if gap > 0 else None
         what_shared = (
-            f"shared rollout would beat it only with a weight push under {break_even:.2f} s (not known)"
-            if break_even is not None
-            else f"shared rollout saves at most {max(free, 0.0):.2f} s, even with a free push"
+            f"shared rollout ({shared.placement}) beats it only with a weight push under {gap:.2f} s (not known; "
+            "--push-s or --model-params)"
+            if gap > 0
+            else f"shared rollout ({shared.placement}) is slower even with a free push"
         )
         use = "deferral" if defer_saves > 1e-9 else "neither"
-    both = "they do not add up: with shared rollout the deferred update is joined before the critic pool generates"
-    return Choice(place, use, f"{what_defer}; {what_shared}; {both}", defer_saves, shared_saves, break_even)
+    reason = f"{what_defer}; {what_shared}; {both}"
+    return Choice(use, reason, deferred.placement, defer_saves, shared.placement, shared_saves, break_even)

@@ -120,7 +120,7 @@ def render_text(advice: Advice) -> str:
     if advice.choice is not None:
         choice = advice.choice
         out += _wrap(
-            f"deferral or shared rollout, on {choice.placement}: {choice.use}, because {choice.reason}.",
+            f"deferral or shared rollout: {choice.use}, because {choice.reason}.",
             "  ",
             "    ",
         )
