@@ -27,6 +27,7 @@ from __future__ import annotations
 import pprint
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 CYAN, RESET = "\x1b[36m", "\x1b[0m"
@@ -158,3 +159,37 @@ def console_log(
             lines.append(own + f"Training Progress: {100 * (i + 1) // total:3d}%|####| {i + 1}/{total} [00:14<00:28]")
         lines.append(own + step_line(style, n, metrics))
     return "\n".join(lines) + "\n"
+
+
+#: Metrics of a v1 step beyond those ``step_line`` writes: a real 0.9 step logs ~130 (actor/*, critic/*, perf/*).
+EXTRA_METRICS = 100
+
+
+def long_console_log(path: Path, steps: int, megabytes: float) -> int:
+    """A long run's console in 0.9's style, ``megabytes`` in all: ~130 metrics a step line (as a real v1 step
+    logs), other processes' lines between the steps, some with bytes that are not UTF-8. Its size in bytes."""
+    style = STYLES["0.9"]
+    own = prefix(style)
+    extra = " - ".join(f"actor/extra_metric_{i}/mean:np.float64({0.001 * i!r})" for i in range(EXTRA_METRICS))
+    worker = [f"{CYAN}(WorkerDict pid={5000 + i}){RESET} " for i in range(8)]
+    noise = [
+        "[rank{r}]:W1124 14:58:53.663000 6557 torch/fx/_symbolic_trace.py:56] is_fx_tracing will return true",
+        "INFO:2026-11-24 14:58:54,896:replica {r} loaded 27 tensors (step {s}) [repeated 3x across cluster]",
+        "/usr/lib/python3.11/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_state.py:331: UserWarning",
+        "Using blocking ray.get inside async actor. This blocks the event loop. \udcff\udcfe",
+    ]
+    step_bytes = len(step_line(style, 1, _stock(8))) + len(extra) + 40
+    per_step = max(int((megabytes * 2**20 / steps - step_bytes) / 110), 0)  # ~110 bytes a noise line
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write("\n".join(own + line for line in pprint.pformat(config(1, 8)).splitlines()) + "\n")
+        for n in range(1, steps + 1):
+            for i in range(per_step):
+                f.write(worker[i % 8] + noise[i % 4].format(r=i % 8, s=n) + "\n")
+            f.write(own + step_line(style, n, _stock(8, 1.0 + 0.001 * (n % 7))) + " - " + extra + "\n")
+    return path.stat().st_size
+
+
+def _stock(n: int, scale: float = 1.0) -> dict[str, float]:
+    from test_advise_profiles import SUBLINEAR, stock_step
+
+    return stock_step(SUBLINEAR, n, scale)

@@ -61,9 +61,9 @@ def parse_jsonl(text: str, name: str, hint: str) -> tuple[dict[int, dict[str, An
     return records, notes
 
 
-def csv_header(text: str) -> list[str] | None:
+def csv_header(first: str) -> list[str] | None:
     """The first line's cells when it is the header of a CSV export advise reads, else None."""
-    first = text.lstrip("\ufeff").split("\n", 1)[0].rstrip("\r")
+    first = first.rstrip("\r")
     if "," not in first:
         return None
     try:

@@ -18,6 +18,7 @@ Then the steps are made uniform, and what is missing is said with what takes its
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,7 @@ TOP_PHASES = (
     "save_checkpoint",
 )
 TOTAL = "timing_s/step"
+_FIRST_TEXT = re.compile(r"[^\s\ufeff]")
 
 
 @dataclass
@@ -73,20 +75,22 @@ def read_log(path: str | os.PathLike[str]) -> Log:
     except OSError as exc:
         raise AdviseError(f"{name}: cannot be read ({exc.strerror or exc}).") from None
     notes = []
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        # A terminal's capture holds whatever every process wrote; the numbers are ASCII either way.
-        text = raw.decode("utf-8", errors="replace")
-        notes.append(f"{text.count(chr(0xFFFD))} byte sequence(s) that are not UTF-8 were read as U+FFFD")
-    if not text.strip():
+    # A terminal's capture holds whatever every process wrote; the numbers are ASCII either way. One decode
+    # (a strict one first would read tens of MB twice).
+    text = raw.decode("utf-8", errors="replace")
+    replaced = text.count("\ufffd")
+    if replaced:
+        notes.append(f"{replaced} byte sequence(s) that are not UTF-8 were read as U+FFFD")
+    start = _FIRST_TEXT.search(text)
+    if start is None:
         raise AdviseError(f"{name} is empty: no step was logged. {FORMATS_HINT}.")
-    first = text.lstrip("\ufeff \t\r\n").split("\n", 1)[0]
+    end = text.find("\n", start.start())
+    first = text[start.start() : end if end >= 0 else len(text)]
     config, cut = None, frozenset()
     if first.startswith("{") and not first.startswith("{'"):
         kind = JSONL
         records, more = parse_jsonl(text, name, FORMATS_HINT)
-    elif csv_header(text) is not None:
+    elif csv_header(first) is not None:
         kind = CSV
         records, more = parse_csv(text, name)
     else:
