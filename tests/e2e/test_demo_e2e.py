@@ -2,7 +2,8 @@
 
 The same job as stock verl, split with overlaps off and split with overlaps on; what it prints (progress,
 the per-phase table, the update table) and what it leaves in OUT (three metrics files, three logs, two plots);
-then ``verl-split advise`` on two of those real runs, as the README shows it.
+then ``verl-split advise`` on two of those real runs, as the README shows it, from verl's file logger and from
+the console output in each run's ``main_ppo.log`` (the same lanes, within 1 %).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import sys
 
 import pytest
 
-from verl_split.runner import METRICS_FILE, read_metrics
+from verl_split.advise.logs import CONSOLE
+from verl_split.advise.runs import read_run
+from verl_split.placement import Cluster
+from verl_split.runner import LOG_FILE, METRICS_FILE, read_metrics
 
 pytestmark = pytest.mark.e2e
 
@@ -69,3 +73,38 @@ def test_advise_reads_the_demos_real_runs(demo):
     advice = json.loads(advised.stdout)
     assert {c["placement"] for c in advice["candidates"]} >= {"all", "halves"}
     assert advice["recommended"]
+
+
+def test_advise_reads_the_demos_console_output_as_its_metrics(demo):
+    """issue 24: advise on each run's main_ppo.log, verl's console as the demo saved it (Ray's coloured
+    prefixes, every process's output), gives the lanes, the layout and the prediction of its metrics.jsonl."""
+    out, proc = demo
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    cluster = Cluster(1, 2)
+    for folder in (out / "stock", out / "sequential", out):
+        from_log, from_jsonl = read_run(folder / LOG_FILE, cluster), read_run(folder / METRICS_FILE, cluster)
+        assert from_log.format == CONSOLE and from_log.cluster == cluster  # the config verl printed at start-up
+        assert (from_log.actor_gpus, from_log.critic_gpus, from_log.colocated) == (
+            from_jsonl.actor_gpus,
+            from_jsonl.critic_gpus,
+            from_jsonl.colocated,
+        )
+        assert from_log.steps == from_jsonl.steps and set(from_log.lanes) == set(from_jsonl.lanes), folder
+        for lane, spread in from_jsonl.lanes.items():
+            assert from_log.lanes[lane].mean == pytest.approx(spread.mean, rel=0.01), (folder, lane)
+        assert from_log.fixed.mean == pytest.approx(from_jsonl.fixed.mean, rel=0.01, abs=1e-3)
+
+    def advised(name: str) -> dict:
+        command = [sys.executable, "-m", "verl_split.cli", "advise", str(out / "stock" / name)]
+        command += [str(out / "sequential" / name), "--nnodes", "1", "--n-gpus-per-node", "2", "--json"]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)
+
+    logs, metrics = advised(LOG_FILE), advised(METRICS_FILE)
+
+    def predicted(advice: dict) -> dict[str, float]:
+        return {f"{c['placement']} {c['deferred_critic']}": c["predicted_step_s"] for c in advice["candidates"]}
+
+    assert predicted(logs) == pytest.approx(predicted(metrics), rel=0.01)
+    assert logs["recommended"]["placement"] == metrics["recommended"]["placement"]
