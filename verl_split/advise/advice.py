@@ -109,7 +109,7 @@ def advise(
     candidates = [c for c in everything if c.ranked]
     unranked = tuple(c for c in everything if not c.ranked)
     has_shared = any(c.shared_rollout for c in everything)
-    has_deferral = any(c.deferred for c in everything)
+    has_deferral = model.has_critic and any(c.is_split for c in everything)
     if not candidates:
         why = "; ".join(f"{name}: {text}" for name, text in rejected[:2])
         raise AdviseError(f"no placement fits the cluster {cluster.describe()}: {why}")
@@ -172,7 +172,7 @@ def _assumptions(
         lines.append(
             f"deferred critic update ({deferral_module.TAG} rows, {deferral_module.PHASE}): the update phase is the "
             "actor's update; the critic's update hides behind the actor's update, the weight sync "
-            f"({deferral.sync_s:.2f} s, {deferral.sync_source}) and the next generation, and what exceeds them is "
+            f"({deferral.sync_s:.2f} s: {deferral.sync_source}) and the next generation, and what exceeds them is "
             "waited for before values: prep = max(old_log_prob + ref, excess + values). Other work before values "
             "(reward, balancing) is not counted as cover. With shared rollout it hides nothing (joined before the "
             "critic pool generates), so +shared rows do not defer. Predicted only: not measured on GPUs by us"

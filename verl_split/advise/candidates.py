@@ -10,8 +10,8 @@ is kept, the others are listed beside it.
 Given shared rollout's costs, every split also gets its ``+shared`` variant (:mod:`verl_split.advise.shared`)
 where the critic pool holds whole rollout replicas. A variant whose weight push is not known is not ranked:
 its step is a lower bound, listed after the ranking, and never recommended. Given the deferral's weight sync,
-every split with a critic update also gets its ``+defer`` variant (:mod:`verl_split.advise.deferral`): the
-critic's update deferred into the next step. On a tie the plain split comes first.
+split whose critic update outlasts its actor update also gets its ``+defer`` variant
+(:mod:`verl_split.advise.deferral`): the critic's update deferred into the next step.
 """
 
 from __future__ import annotations
@@ -157,9 +157,12 @@ def rank(
             prediction = predict(model, actor_gpus, critic_gpus, colocated=False, overlaps=overlaps, shared=shared)
             candidates.append(candidate(fits, prediction))
     if deferral is not None and "critic_update" in model.lanes:
-        for (colocated, actor_gpus, critic_gpus), names in layouts.items():
-            if not colocated:
-                prediction = predict(model, actor_gpus, critic_gpus, False, overlaps=overlaps, deferral=deferral)
+        for key, names in layouts.items():
+            if key[0]:
+                continue
+            prediction = predict(model, key[1], key[2], False, overlaps=overlaps, deferral=deferral)
+            # Where the critic's update is no longer than the actor's, deferring it changes nothing: no row.
+            if prediction.step_s < predictions[key].step_s - 1e-9:
                 candidates.append(candidate(names, prediction))
     # Ranked first, fastest first; on a tie the order above (stock, then the simpler names, +shared, +defer).
     candidates.sort(key=lambda c: (not c.ranked, round(c.prediction.step_s, 9)))

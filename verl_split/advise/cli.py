@@ -1,6 +1,7 @@
 """``verl-split advise``: does split placement pay for this job, and which split?
 
-Reads the per-step metrics of one or more runs (verl's ``file`` logger), fits the cost model
+Reads the per-step metrics of one or more runs, from the logs verl users have (verl's console output of any
+release, its file logger's JSONL, a CSV export of a tracker run; ``verl_split/advise/logs.py``), fits the cost model
 (``verl_split/advise/model.py``) and ranks every placement the planner accepts on the cluster.
 With ``--profile`` it first runs the job itself, stock and ``halves`` with the overlaps off, for a few
 steps each (``verl_split/advise/profile.py``), then advises from those two runs the same way.
@@ -28,19 +29,26 @@ EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage = (
-        "verl-split advise RUN.jsonl [RUN.jsonl ...] --nnodes N --n-gpus-per-node G [options]\n"
+        "verl-split advise LOG [LOG ...] --nnodes N --n-gpus-per-node G [options]\n"
         "       verl-split advise --profile --nnodes N --n-gpus-per-node G [--cpu] [--steps S] [--out DIR] "
         "[options] -- [HYDRA_OVERRIDES ...]"
     )
     parser.add_argument(
         "runs",
         nargs="*",
-        metavar="RUN.jsonl | OVERRIDE",
-        help="Metrics files of the job's runs, as verl's file logger writes them (trainer.logger='[console,file]', "
-        "VERL_FILE_LOGGER_PATH=RUN.jsonl): a stock run, a split run, or both. With --profile: the job's hydra "
-        "overrides instead, as python -m verl.trainer.main_ppo takes them (after --).",
+        metavar="LOG | OVERRIDE",
+        help="Logs of the job's runs (a stock run, a split run, or both), each in any of: verl's console output as "
+        "saved from the driver's terminal (any verl release), verl's file logger JSONL (trainer.logger="
+        "'[console,file]', VERL_FILE_LOGGER_PATH=RUN.jsonl), a CSV export of the run (a _step or step column, one "
+        "column per metric). Told by content. With --profile: the job's hydra overrides instead, as python -m "
+        "verl.trainer.main_ppo takes them (after --).",
     )
-    parser.add_argument("--nnodes", type=int, required=True, help="Nodes of the cluster the runs trained on.")
+    parser.add_argument(
+        "--nnodes",
+        type=int,
+        required=True,
+        help="Nodes of the cluster to advise for; also the cluster of a run whose log does not print its config.",
+    )
     parser.add_argument(
         "--n-gpus-per-node", type=int, required=True, dest="n_gpus_per_node", help="GPUs per node of that cluster."
     )
@@ -130,8 +138,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise AdviseError(f"{', '.join(given)} only with --profile (which runs the job); add --profile or drop them.")
     if not args.runs:
         raise AdviseError(
-            "no run given: pass one or more metrics files (RUN.jsonl) written by verl's file logger, "
-            "or --profile -- <the job's hydra overrides> to run the job first."
+            "no run given: pass one or more logs of the job's runs (verl's console output, its file logger's JSONL, "
+            "or a CSV export), or --profile -- <the job's hydra overrides> to run the job first."
         )
 
 

@@ -73,8 +73,7 @@ def deferral_costs(runs: Sequence[Run]) -> DeferralCosts:
     steps = sum(spread.n for spread in spreads)
     if not steps:
         return DeferralCosts(
-            0.0,
-            f"0 s: no run logged {SYNC_S} (verl before 0.8 syncs the weights inside generation, which covers it)",
+            0.0, f"no run logged {SYNC_S}; verl before 0.8 syncs the weights inside generation, which covers it"
         )
     mean = sum(spread.mean * spread.n for spread in spreads) / steps
     return DeferralCosts(mean, f"{SYNC_S}, mean over {steps} steps")
@@ -128,22 +127,27 @@ def choose(everything: Sequence[Candidate]) -> Choice | None:
     plain = next((c for c in ordered if c.is_split and not c.deferred and not c.shared_rollout), None)
     deferred = next((c for c in ordered if c.deferred), None)
     shared = next((c for c in ordered if c.shared_rollout), None)
-    if plain is None or deferred is None:
+    if plain is None:
         return None
     base = plain.prediction.step_s
-    d = deferred.prediction.deferred
-    assert d is not None
-    defer_saves = base - deferred.prediction.step_s
-    what_defer = (
-        f"the deferral ({deferred.placement}) saves {defer_saves:.2f} s per step against {plain.placement} without "
-        f"it ({d.critic_update_s:.2f} s of critic update beside {d.window_s:.2f} s of actor update, weight sync and "
-        f"generation; {d.excess_s:.2f} s left to wait before values)"
-    )
+    if deferred is None:
+        defer_saves = 0.0
+        what_defer = "the deferral saves nothing: no split's critic update outlasts its actor update"
+    else:
+        d = deferred.prediction.deferred
+        assert d is not None
+        defer_saves = base - deferred.prediction.step_s
+        what_defer = (
+            f"the deferral ({deferred.placement}) saves {defer_saves:.2f} s per step against {plain.placement} "
+            f"without it ({d.critic_update_s:.2f} s of critic update beside {d.window_s:.2f} s of actor update, "
+            f"weight sync and generation; {d.excess_s:.2f} s left to wait before values)"
+        )
+    defer_placement = None if deferred is None else deferred.placement
     both = "they do not add up: with shared rollout the deferred update is joined before the critic pool generates"
     if shared is None:
         use = "deferral" if defer_saves > 1e-9 else "neither"
         reason = f"{what_defer}; no split's critic pool holds whole rollout replicas for shared rollout"
-        return Choice(use, reason, deferred.placement, defer_saves, None, None, None)
+        return Choice(use, reason, defer_placement, defer_saves, None, None, None)
     step = shared.prediction.step_s
     if shared.ranked:
         shared_saves: float | None = base - step
@@ -157,7 +161,7 @@ def choose(everything: Sequence[Candidate]) -> Choice | None:
         break_even = None
     else:
         shared_saves = None
-        gap = deferred.prediction.step_s - step  # the push under which shared rollout is the faster
+        gap = base - defer_saves - step  # the push under which shared rollout is the faster
         break_even = gap if gap > 0 else None
         what_shared = (
             f"shared rollout ({shared.placement}) beats it only with a weight push under {gap:.2f} s (not known; "
@@ -167,4 +171,4 @@ def choose(everything: Sequence[Candidate]) -> Choice | None:
         )
         use = "deferral" if defer_saves > 1e-9 else "neither"
     reason = f"{what_defer}; {what_shared}; {both}"
-    return Choice(use, reason, deferred.placement, defer_saves, shared.placement, shared_saves, break_even)
+    return Choice(use, reason, defer_placement, defer_saves, shared.placement, shared_saves, break_even)

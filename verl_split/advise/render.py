@@ -89,9 +89,11 @@ def render_text(advice: Advice) -> str:
             same = f" (same prediction: {', '.join(cand.same_prediction_as)})" if cand.same_prediction_as else ""
             out.append(f"     {cand.name}{same}")
     if advice.deferral is not None:
+        rows = any(c.deferred for c in (*advice.candidates, *advice.unranked))
         out += _wrap(
             f"{deferral.TAG}: the same split with the critic's update deferred into the next step "
-            f"(VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}): the update phase is the actor's update",
+            f"(VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}): the update phase is the actor's update"
+            + ("" if rows else "; no such row: no split's critic update outlasts its actor update"),
             "  ",
             "    ",
         )
