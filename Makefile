@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-extended test-fast test-unit lint test-oldest test-all-families
+.PHONY: demo test test-extended test-fast test-unit lint test-oldest test-releases test-release test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,7 @@ test: $(BIN)/verl-split
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 	$(MAKE) test-oldest
+	$(MAKE) test-releases
 
 test-fast: $(BIN)/verl-split
 	$(BIN)/python -m pytest -m "not e2e"
@@ -48,6 +49,19 @@ OLDEST_TESTS := tests/test_activation.py tests/test_activation_startup.py tests/
 test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
 	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_TESTS)
+
+# Every other PyPI release of the tested families (compat.TESTED_RELEASES; tests/test_releases.py checks the
+# list): installed over its family's environment, the preflight, one 2-step split dry run
+# (scripts/check-release.sh). 0.9.0 runs over .venv, 0.7.0 and 0.8.0 over .venvs/verl-0.7: their verl
+# requirements are the same as the pinned release's (scripts/release-env.sh checks).
+RELEASE_CHECKS ?= 0.9.0 0.7.0 0.8.0
+test-releases:
+	scripts/check-release.sh $(RELEASE_CHECKS)
+
+# The whole suite on one release: make test-release VERL=0.9.0 (any release of a family with an environment),
+# VERL=main (.venvs/verl-main, from verl's source tree: scripts/source-env.sh).
+test-release:
+	scripts/test-release.sh $(VERL)
 
 # The whole suite on every family with a constraints file (not in CI: it takes long).
 test-all-families:

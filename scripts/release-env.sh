@@ -7,10 +7,9 @@
 # left as it is. Releases of another family than their own environment's (0.8.0 runs in 0.7's: verl
 # 0.7.0, 0.7.1 and 0.8.0 require the same packages; 0.9.0 and 0.9.1 too) are listed in HOST_FAMILY.
 #   eval "$(scripts/release-env.sh 0.9.0)"     # sets RELEASE_PYTHON, RELEASE_BIN and PYTHONPATH
-#   scripts/release-env.sh 0.9.0 --print       # the same, printed
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 1 ]] || { echo "usage: $0 X.Y.Z [--print]" >&2; exit 2; }
+[[ $# -eq 1 ]] || { echo "usage: $0 X.Y.Z" >&2; exit 2; }
 release=$1
 family=${release%.*}
 # The environment each release runs in: its own family's, or one whose dependencies are the same.

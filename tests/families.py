@@ -10,8 +10,8 @@ from verl_split.dry_run import default_trainer
 VERSION = compat.installed_version() or "0"
 FAMILY = compat.family_of(VERSION)
 
-#: The trainer ``main_ppo`` runs by default on this family: v1 on 0.9, RayPPOTrainer (v0) before.
-DEFAULT_TRAINER = default_trainer(FAMILY) if FAMILY in compat.SUPPORTED_FAMILIES else "v0"
+#: The trainer ``main_ppo`` runs by default on this family: v1 on 0.9 (and, untested, newer), RayPPOTrainer (v0) before.
+DEFAULT_TRAINER = default_trainer(FAMILY) if compat.verl_in(compat.SUPPORTED) else "v0"
 
 
 def only_on(family: str, why: str) -> pytest.MarkDecorator:

@@ -103,3 +103,55 @@ def test_loaded_by_names_who_imported_the_bootstrap(monkeypatch, imported_by, ex
         bootstrap.IMPORTED_BY = imported_by
         monkeypatch.setitem(sys.modules, "verl_split._bootstrap", bootstrap)
     assert patches.loaded_by() == (getattr(patches, expected) if expected else None)
+
+
+@pytest.mark.unit
+def test_doctor_lists_each_feature_with_the_preflights_reason(capsys):
+    from verl_split import doctor
+
+    reason = "shared rollout needs verl's verl.workers.rollout.llm_server:GlobalRequestLoadBalancer (...)"
+    report = {
+        "pid": 1,
+        "verl_split_version": "0",
+        "verl_version": "0.10.0.dev0",
+        "supported_verl": "0.7.x, 0.8.x, 0.9.x",
+        "tested": False,
+        "ray_version": "2",
+        "supported": True,
+        "active": True,
+        "features": ["split"],
+        "preflight": {
+            "placement": {"label": "split placement", "available": True, "on": True, "reason": ""},
+            "shared_rollout": {"label": "shared rollout", "available": False, "on": False, "reason": reason},
+        },
+        "patches": [],
+        "pending_patches": [],
+        "loaded_by": None,
+        "verl_patches": {},
+        "problems": [],
+    }
+    doctor._print_text(report, "this process")
+    lines = capsys.readouterr().out.splitlines()
+    untested = "untested: newer than the tested releases"
+    assert f"  verl              0.10.0.dev0  (supported: 0.7.x, 0.8.x, 0.9.x; {untested})" in lines
+    assert "  features          split placement         available, on" in lines
+    assert "                    shared rollout          NOT available, off" in lines
+    assert f"                      {reason}" in lines
+
+
+def test_doctor_json_on_this_verl_lists_every_feature_available():
+    import json
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_split.cli", "doctor", "--json"],
+        env=clean_env({"VERL_SPLIT": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["supported"] and report["healthy"] and report["tested"]
+    assert {"placement", "updates", "prep", "cpu"} <= set(report["preflight"])
+    assert all(f["available"] for f in report["preflight"].values()), report["preflight"]
+    assert report["preflight"]["placement"]["on"] and not report["preflight"]["cpu"]["on"]

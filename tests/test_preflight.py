@@ -304,3 +304,38 @@ def test_a_newer_verl_that_moved_a_seam_is_refused_with_the_reason(newer_verl, t
 @pytest.mark.unit
 def test_the_family_of_this_run_is_tested():
     assert FAMILY in compat.SUPPORTED_FAMILIES and compat.is_tested()
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not compat.verl_in(compat.SHARED_ROLLOUT), reason="shared rollout is built on verl 0.9")
+def test_shared_rollout_switched_on_in_the_config_is_preflighted_before_ray(tmp_path, monkeypatch):
+    # The config key (split_placement.shared_rollout) is read after activation, in the launching process's
+    # placement check: there the shared-rollout seam's needs are checked, with a balancer that verl renamed.
+    from verl_split import settings
+    from verl_split.errors import ActivationFailed
+    from verl_split.seams import placement_check
+
+    (seam,) = [s for s in APPLYING if s.name == "shared_rollout_v1"]
+    need = preflight.parse("verl.workers.rollout.llm_server:GlobalRequestLoadBalancer", seam.target)
+    module, node = preflight.locate(source(), need)
+
+    def rename(lines):
+        lines[node.lineno - 1] = lines[node.lineno - 1].replace("class GlobalRequestLoadBalancer", "class Renamed")
+        return lines
+
+    overlay = edited_copy(tmp_path, module, rename)
+    monkeypatch.setattr(preflight, "verl_roots", lambda: [overlay, *ROOTS])
+    monkeypatch.setattr(settings, "_frozen", settings.Settings(enabled=True))
+    config = {
+        "trainer": {"nnodes": 1, "n_gpus_per_node": 8},
+        "actor_rollout_ref": {"rollout": {"tensor_model_parallel_size": 1}},
+        "critic": {"enable": True},
+        "split_placement": {"shared_rollout": True},
+    }
+    with pytest.raises(ActivationFailed) as stopped:
+        placement_check.check_config(config)
+    message = str(stopped.value.code)
+    assert message.startswith("verl-split: shared rollout needs verl's verl.workers.rollout.llm_server:")
+    assert "has no 'GlobalRequestLoadBalancer'" in message and "VERL_SPLIT_SHARED_ROLLOUT" in message
+    config["split_placement"]["shared_rollout"] = False
+    placement_check.check_config(config)  # off: nothing of shared rollout is needed

@@ -20,7 +20,7 @@ from types import ModuleType
 
 from verl_split import _wrapping
 from verl_split._args import get_argument
-from verl_split.errors import ActivationFailed, PlacementError
+from verl_split.errors import ActivationFailed, PlacementError, VerlSplitError
 
 
 def check_config(config) -> None:
@@ -38,6 +38,15 @@ def check_config(config) -> None:
             raise  # inside a Ray actor: the driver reports the actor's error
         # SystemExit on purpose: hydra's main would print an exception with a traceback.
         raise ActivationFailed(f"split placement: {exc}") from exc
+    # A feature the config switches on, which activation could not see: the preflight of its seams.
+    from verl_split import activation
+    from verl_split.placement import shared_rollout_from_config
+
+    if shared_rollout_from_config(config):
+        try:
+            activation.require("shared_rollout")
+        except VerlSplitError as exc:
+            raise ActivationFailed(str(exc)) from exc
 
 
 def _wrap_auto_set_device(wrapped, instance, args, kwargs):
