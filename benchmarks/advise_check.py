@@ -5,10 +5,11 @@ On CPU (no GPU used or needed), the tiny dry-run PPO job (``verl_split.dry_run``
 
 1. ``verl-split advise --profile --cpu --nnodes 1 --n-gpus-per-node 2 --steps S --json``: stock verl and
    ``halves`` with the overlaps off, then the ranking (the command as a user runs it, in a subprocess);
-2. ``halves`` with the overlaps on (``VERL_SPLIT=1 VERL_SPLIT_PLACEMENT=halves VERL_SPLIT_OVERLAP=on``),
+2. ``halves`` with the overlaps on (``VERL_SPLIT=1 VERL_SPLIT_PLACEMENT=halves VERL_SPLIT_OVERLAP=updates,prep``),
    for real, same job and steps: the layout the profile did not run, whose prediction composes the two
    overlap-off lanes with ``max``;
-3. the recommended layout for real, unless it is halves (then 2 is it): ``all`` is stock verl run anew.
+3. the recommended layout for real, unless it is halves without the deferral (then 2 is it): ``all`` is stock
+   verl run anew, a ``+defer`` row runs with ``VERL_SPLIT_OVERLAP=updates,prep,defer_critic``.
 
 A run's measured step is the mean ``timing_s/step`` over steps 2..S (step 1 pays start-up costs, as advise
 leaves it out); error = (predicted - measured) / measured. Goal: |error| <= 15 % for split with overlap.
@@ -46,6 +47,9 @@ from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_met
 CLUSTER = Cluster(nnodes=1, n_gpus_per_node=2)
 GOAL = 0.15
 SPLIT_OVERLAP = "halves, overlaps on"
+#: VERL_SPLIT_OVERLAP of a plain split row and of a ``+defer`` row (``on`` includes defer_critic since issue 22).
+PLAIN_OVERLAPS = "updates,prep"
+DEFER_OVERLAPS = "updates,prep,defer_critic"
 
 
 def run_profile(assets_root: Path, out: Path, steps: int, extra: list[str]) -> dict[str, Any]:
@@ -60,11 +64,13 @@ def run_profile(assets_root: Path, out: Path, steps: int, extra: list[str]) -> d
     return json.loads(proc.stdout)
 
 
-def run_layout(assets, out: Path, steps: int, extra: list[str], placement: str | None) -> list[dict[str, Any]]:
+def run_layout(
+    assets, out: Path, steps: int, extra: list[str], placement: str | None, overlaps: str = PLAIN_OVERLAPS
+) -> list[dict[str, Any]]:
     """The same job as the profile's runs in one layout: ``placement`` None is stock verl."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
     if placement is not None:
-        env.update(VERL_SPLIT="1", VERL_SPLIT_PLACEMENT=placement, VERL_SPLIT_OVERLAP="on")
+        env.update(VERL_SPLIT="1", VERL_SPLIT_PLACEMENT=placement, VERL_SPLIT_OVERLAP=overlaps)
     overrides = dry_run_overrides(assets, steps, "gae", None, out, CLUSTER.n_gpus_per_node) + extra
     overrides += forced_overrides(CLUSTER, steps) + [f"trainer.default_local_dir={out / 'checkpoints'}"]
     label = "stock verl" if placement is None else f"{placement}, overlaps on"
@@ -76,17 +82,19 @@ def run_layout(assets, out: Path, steps: int, extra: list[str], placement: str |
     return read_metrics(out / METRICS_FILE)
 
 
-def candidate(advice: dict[str, Any], placement: str) -> dict[str, Any]:
-    """The candidate row of ``placement``, also when it shares a row with another name.
+def candidate(advice: dict[str, Any], placement: str, deferred: bool = False) -> dict[str, Any]:
+    """The candidate row of ``placement``, also when it shares a row with another name; its ``+defer`` row
+    with ``deferred`` (advise lists one only where the deferral changes the prediction).
 
     Never a ``+shared`` row (shared rollout): the check runs placements without it. The profile passes no
     push cost, so advise does not rank those rows here anyway.
     """
-    return next(
+    rows = [
         c
         for c in advice["candidates"]
         if not c.get("shared_rollout") and (c["placement"] == placement or placement in c["same_prediction_as"])
-    )
+    ]
+    return next((c for c in rows if bool(c.get("deferred_critic")) == deferred), rows[0])
 
 
 def compare(target: str, cand: dict[str, Any], metrics: list[dict[str, Any]]) -> dict[str, Any]:
@@ -164,17 +172,19 @@ def main() -> int:
         print(f"repetition {i}/{args.repeats}: advise --profile in {rep / 'profile'}", file=sys.stderr, flush=True)
         advice = run_profile(assets.root, rep / "profile", args.steps, args.overrides)
         best = advice["recommended"]["placement"]
-        recommended.append(best)
+        deferred = bool(advice["recommended"].get("deferred_critic"))
+        recommended.append(best + (" +defer" if deferred else ""))
         halves = candidate(advice, "halves")
         overlap_metrics = run_layout(assets, rep / "halves_overlap_on", args.steps, args.overrides, "halves")
         rows.append({"repetition": i, **compare(SPLIT_OVERLAP, halves, overlap_metrics)})
-        best_cand = candidate(advice, best)
-        if best_cand["placement"] == halves["placement"]:
+        best_cand = candidate(advice, best, deferred)
+        if best_cand is halves:
             best_metrics = overlap_metrics
         else:
             placement = None if best_cand["layout"] == "colocated" else best
-            best_metrics = run_layout(assets, rep / "recommended", args.steps, args.overrides, placement)
-        rows.append({"repetition": i, **compare(f"recommended ({best})", best_cand, best_metrics)})
+            overlaps = DEFER_OVERLAPS if best_cand.get("deferred_critic") else PLAIN_OVERLAPS
+            best_metrics = run_layout(assets, rep / "recommended", args.steps, args.overrides, placement, overlaps)
+        rows.append({"repetition": i, **compare(f"recommended ({recommended[-1]})", best_cand, best_metrics)})
         rows[-1]["advice"] = advice
     summary = {}
     for target in dict.fromkeys(row["target"] for row in rows):
