@@ -208,3 +208,11 @@ def test_json_names_the_format_and_the_layouts_source(tmp_path, capsys):
     assert run["format"] == CONSOLE and run["cluster"] == {"nnodes": 1, "n_gpus_per_node": 2}
     assert run["actor_pool_gpus"] == 2 and "the config printed at start-up" in run["layout_source"]
     assert any("advising for" in note for note in run["notes"])
+
+
+def test_a_log_without_ray_prefixes_saved_with_crlf(tmp_path):
+    """verl run without Ray's log prefixes (a plain python trainer's output), saved on Windows."""
+    text = console_log("0.3", stock_steps(), config(2, 4), colour=False)
+    plain = "\r\n".join(line.split(") ", 1)[1] if line.startswith("(") else line for line in text.splitlines())
+    log = read_log(write(tmp_path / "plain.log", plain))
+    assert [s["step"] for s in log.steps] == [1, 2, 3, 4] and log.config["trainer"]["nnodes"] == 2

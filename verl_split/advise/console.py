@@ -187,7 +187,7 @@ def find_config(text: str) -> tuple[dict[str, Any] | None, str | None]:
         start = position + 1
         position = _line_end(text, start)
         line_prefix, content = split_prefix(text[start:position])
-        if line_prefix != prefix:
+        if line_prefix != prefix or not content:  # another process's line, or the \n of a \r\n
             continue
         if not content.startswith(" "):
             break
