@@ -65,6 +65,7 @@ def first_line(node: ast.AST) -> int:
 
 def problem_for(seam: activation.Seam, overlay: Path) -> preflight.Problem:
     report = preflight.run([seam], source(overlay))
+    assert report.errors == []
     assert len(report.problems) == 1, report.problems
     return report.problems[0]
 
@@ -81,7 +82,7 @@ def assert_one_line_naming(problem: preflight.Problem, seam: activation.Seam, ne
 @pytest.mark.unit
 def test_every_declared_need_is_met_by_the_installed_verl():
     report = preflight.run(APPLYING)
-    assert report.problems == []
+    assert report.problems == [] and report.errors == []
     assert set(report.checked) == {s.part for s in APPLYING}
     for seam in APPLYING:
         for need in needs(seam):  # a declaration that parses and names real verl code, each

@@ -481,7 +481,10 @@ def activate(split: bool = True, cpu: bool = False, frozen: settings.Settings | 
     selected = seams_for(_state.active_features)
     on = features_on(_state.active_features, frozen)
     if not _in_ray_worker():
-        report = _state.preflight = run_preflight(selected)
+        # Once per process and set of seams: an explicit activate() after verl's entry point reads nothing twice.
+        report = _state.preflight
+        if report is None or report.checked_seams() != {s.name for s in selected}:
+            report = _state.preflight = run_preflight(selected)
         blocking = [p for p in report.problems if p.feature in on]
         if blocking:
             raise VerlSplitError(blocking[0].line(report.version))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -38,6 +39,7 @@ from typing import Any
 
 from verl_split import compat
 
+logger = logging.getLogger("verl_split")
 # ------------------------------------------------------------------------------------------ the features
 
 
@@ -166,6 +168,12 @@ class Source:
         self.roots = [Path(r) for r in roots]
         self._trees: dict[str, ast.Module | None] = {}
         self._bindings: dict[str, dict[str, Any]] = {}
+        self._attributes: dict[int, frozenset[str]] = {}  # id(method) -> its self.x names; the trees live here
+
+    def _self_attributes(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+        if id(node) not in self._attributes:
+            self._attributes[id(node)] = _self_attributes(node)
+        return self._attributes[id(node)]
 
     def file_of(self, module: str) -> Path | None:
         parts = module.split(".")
@@ -259,7 +267,7 @@ class Source:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and name in _assigned_names(node):
                 return node
         for node in cls.node.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and name in _self_attributes(node):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and name in self._self_attributes(node):
                 return ast.Name(id=name)  # an instance attribute: present, nothing more to read
         for base in cls.node.bases:
             parent = self._base(cls.module, base)
@@ -305,14 +313,8 @@ def _assigned_names(node: ast.stmt) -> list[str]:
     return [n for t in targets for n in _target_names(t)]
 
 
-_SELF_ATTRIBUTES: dict[int, tuple[ast.AST, frozenset[str]]] = {}
-
-
 def _self_attributes(node: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
-    """Names a method assigns as ``self.name = ...`` (the tree is kept beside its id: ids are reused)."""
-    cached = _SELF_ATTRIBUTES.get(id(node))
-    if cached is not None and cached[0] is node:
-        return cached[1]
+    """Names a method assigns as ``self.name = ...``."""
     names = set()
     for child in ast.walk(node):
         targets: list[ast.expr] = []
@@ -328,9 +330,7 @@ def _self_attributes(node: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[
                     and element.value.id == "self"
                 ):
                     names.add(element.attr)
-    found = frozenset(names)
-    _SELF_ATTRIBUTES[id(node)] = (node, found)
-    return found
+    return frozenset(names)
 
 
 # ------------------------------------------------------------------------------------------ the check
@@ -486,6 +486,7 @@ class Report:
     version: str | None
     problems: list[Problem] = field(default_factory=list)
     checked: dict[str, list[str]] = field(default_factory=dict)  # feature -> seams checked
+    errors: list[str] = field(default_factory=list)  # needs the preflight failed to read (taken as met)
     seconds: float = 0.0
 
     def failed(self, feature: str) -> list[Problem]:
@@ -493,6 +494,9 @@ class Report:
 
     def failed_seams(self) -> set[str]:
         return {p.seam for p in self.problems}
+
+    def checked_seams(self) -> set[str]:
+        return {name for names in self.checked.values() for name in names}
 
     def features(self) -> dict[str, dict[str, Any]]:
         """Each feature that applies to this verl: available, and the reason when not (doctor's list)."""
@@ -535,10 +539,15 @@ def run(seams: Iterable[Any], source: Source | None = None) -> Report:
         report.checked.setdefault(seam.part, []).append(seam.name)
         needs = [Need(seam.target, (), None, seam.target)] + [parse(t, seam.target) for t in seam.needs]
         for need in needs:
-            if not need.path:
-                differs = None if source.file_of(need.module) else f"module {need.module} does not exist"
-            else:
-                differs = check_need(source, need)
+            try:
+                if not need.path:
+                    differs = None if source.file_of(need.module) else f"module {need.module} does not exist"
+                else:
+                    differs = check_need(source, need)
+            except Exception as exc:  # a bug of ours, or source we cannot read: never stop a run for it
+                logger.debug("verl-split: preflight could not check %s: %s: %s", need.text, type(exc).__name__, exc)
+                report.errors.append(f"{seam.name}: {need.text}: {type(exc).__name__}: {exc}")
+                differs = None
             if differs is not None:
                 report.problems.append(Problem(seam.part, seam.name, need, differs))
                 break  # the first need that fails says enough about this seam
