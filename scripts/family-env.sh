@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 
 if [[ ${1:-} == --list || -z ${1:-} ]]; then
-    ls constraints | sed -n 's/^verl-\(.*\)\.txt$/\1/p' | sort -V
+    ls constraints | sed -n 's/^verl-\([0-9][0-9]*\.[0-9][0-9]*\)\.txt$/\1/p' | sort -V  # not verl-source.txt (scripts/source-env.sh)
     [[ -n ${1:-} ]] || { echo "usage: $0 FAMILY (one of the above)" >&2; exit 2; }
     exit 0
 fi
