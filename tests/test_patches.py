@@ -87,6 +87,13 @@ def importable_here(release: str):
 
 #: The releases whose patched trees the probes import in this environment.
 IMPORTABLE = [importable_here(release) for release in RELEASES]
+#: The Ray probes: on 0.9.0 with --extended only, its hunks are 0.9.1's (only the context of one differs).
+PROBED = [
+    pytest.param("0.9.0", marks=pytest.mark.extended(reason="0.9.1's probes run the same hunks"))
+    if release == "0.9.0"
+    else release
+    for release in IMPORTABLE
+]
 
 
 def patch_files(release: str) -> list[Path]:
@@ -330,7 +337,7 @@ def probe(trees, two_nodes, tiny_assets):
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("release", IMPORTABLE)
+@pytest.mark.parametrize("release", PROBED)
 def test_a_per_node_request_no_node_can_hold_fails_at_once(release, probe):
     # "At once": create_resource_pool raises before any placement group exists (verl makes them later, in
     # get_placement_groups, and waits there); the control test shows the unpatched call passing instead.
@@ -353,7 +360,7 @@ BATCH_8_ON_6 = "real_train_batch_size (8) must be divisible by minimal possible 
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("release", IMPORTABLE)
+@pytest.mark.parametrize("release", PROBED)
 def test_the_batch_check_follows_the_pool_of_each_role(release, probe):
     seen = probe(release)
     check, runner = seen["batch_check"], seen["task_runner"]
