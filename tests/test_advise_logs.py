@@ -216,3 +216,13 @@ def test_a_log_without_ray_prefixes_saved_with_crlf(tmp_path):
     plain = "\r\n".join(line.split(") ", 1)[1] if line.startswith("(") else line for line in text.splitlines())
     log = read_log(write(tmp_path / "plain.log", plain))
     assert [s["step"] for s in log.steps] == [1, 2, 3, 4] and log.config["trainer"]["nnodes"] == 2
+
+
+def test_a_csv_without_the_critic_columns_says_so(tmp_path):
+    keys = ["timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/step"]
+    rows = ["_step," + ",".join(keys)] + [
+        f"{i}," + ",".join(repr(s[k]) for k in keys) for i, s in enumerate(stock_steps(), 1)
+    ]
+    run = read_run(write(tmp_path / "few.csv", "\n".join(rows)), CLUSTER)
+    assert set(run.lanes) == {"gen", "actor_prep", "actor_update"}
+    assert any("no values, critic update column(s)" in note for note in run.notes)

@@ -34,7 +34,7 @@ from typing import Any
 
 from verl_split.advise.exports import AdviseError
 from verl_split.advise.layout import RunLayout, run_layout
-from verl_split.advise.logs import read_log
+from verl_split.advise.logs import CSV, read_log
 from verl_split.placement import Cluster
 from verl_split.report import phase_times, steady_steps
 
@@ -216,6 +216,12 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         before = previous.get(int(step["step"]) - 1, {})
         for lane, value in lane_times(step, _number(before.get(JOIN_WAIT_S))).items():
             per_lane[lane].append(value)
+    missing = [LANE_MEANING[lane] for lane, values in per_lane.items() if not values and lane != "gen"]
+    if missing and log.format == CSV:  # an export may hold only the columns someone picked
+        notes.append(
+            f"no {', '.join(missing)} column(s): those lanes are left out (a job without a critic has no critic "
+            "lanes); export them if the run had them"
+        )
     if not per_lane["gen"]:
         raise AdviseError(
             f"{name} has no generation time (timing_s/gen) in steps {steady[0]['step']}-{steady[-1]['step']}: "
