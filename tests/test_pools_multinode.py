@@ -63,6 +63,11 @@ def build(plan):
         )
         groups.append(group)
         placed[pool.name] = group.node_id()
+    from verl_split.pools import unpinned_groups
+
+    for pool in plan.pools:  # Ray honoured every bundle label selector (Ray >= PR 60170)
+        built = manager.resource_pool_dict[pool.name]
+        assert unpinned_groups(built.pgs, built.node_ids) == [], pool.name
     order = [n.node_id for n in cluster_nodes("GPU")]
     expected = {
         pool.name: [order[node] for node, count in pool.per_node.items() for _ in range(count)] for pool in plan.pools

@@ -117,3 +117,15 @@ def test_a_failed_removal_does_not_hide_the_timeout():
         pools.await_placement_groups(
             "p", [FakeGroup(0)], requests("n0"), 1, wait=lambda refs, **_: ([], list(refs)), remove=remove
         )
+
+
+def test_a_placement_group_off_its_planned_node_is_found():
+    # Ray before PR 60170 ignored bundle label selectors for STRICT_PACK groups: read where they landed.
+    from verl_split.pools import unpinned_groups
+
+    tables = {"pg0": {"bundles_to_node_id": {0: "node-a", 1: "node-a"}}, "pg1": {"bundles_to_node_id": {0: "node-a"}}}
+    assert unpinned_groups(["pg0", "pg1"], ["node-a", "node-b"], table=tables.__getitem__) == [
+        (1, "node-b", {"node-a"})
+    ]
+    assert unpinned_groups(["pg0"], ["node-a"], table=tables.__getitem__) == []
+    assert unpinned_groups(["pg2"], ["node-a"], table=lambda pg: {}) == []  # not placed yet: nothing to say

@@ -125,16 +125,41 @@ def verl_import_problem(version: str, exc: BaseException) -> str:
 
 
 def _report_in_ray_worker() -> dict[str, Any]:
+    """The report from a worker of the running Ray cluster, joined as is, or of a one-CPU local Ray.
+
+    ``ray.init()`` joins the cluster of ``RAY_ADDRESS`` or of this node's last ``ray start``, and
+    then refuses ``num_cpus`` and the like (``ray/_private/worker.py:1936`` in Ray 2.60: "When
+    connecting to an existing cluster, num_cpus and num_gpus must not be provided"). So the address
+    is looked up first, the way ``ray.init`` does (``services.canonicalize_bootstrap_address``), and a
+    running cluster is joined without asking it for any resource; only without one a local Ray with
+    one CPU is started, and shut down again. Where the worker ran is in ``ray_cluster``, and said.
+    """
     import ray
 
     # Forward VERL_SPLIT* exactly as the plugin does for verl's own runs.
     runtime_env = {"env_vars": settings.forwarded_env_vars()}
     started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(num_cpus=1, runtime_env=runtime_env, include_dashboard=False, log_to_driver=False)
+    if not started_here:
+        where = "the Ray this process had already joined"
+    else:
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            address = canonicalize_bootstrap_address(None)
+        except Exception:  # Ray's lookup moved or failed: start a local Ray, as before
+            address = None
+        if address:
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+            where = f"the running Ray cluster at {address}, joined without asking it for resources"
+        else:
+            ray.init(num_cpus=1, runtime_env=runtime_env, include_dashboard=False, log_to_driver=False)
+            where = "a local Ray with 1 CPU started for this check (no running cluster found)"
+    print(f"verl-split doctor: Ray worker in {where}", file=sys.stderr)
     try:
         remote_report = ray.remote(num_cpus=0)(collect_report)
-        return ray.get(remote_report.remote())
+        report = ray.get(remote_report.remote())
+        report["ray_cluster"] = where
+        return report
     finally:
         if started_here:
             ray.shutdown()

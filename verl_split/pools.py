@@ -15,9 +15,13 @@ still be beaten by a race (another job takes the GPUs, a node dies), so the plac
 awaited for at most ``split_placement.ready_timeout_s`` seconds; then they are removed and a
 PlacementError names the pool, the nodes and the label selectors that could not be satisfied.
 
-Ray floor: ``bundle_label_selector`` does not exist in Ray 2.41 (the floor verl itself declares)
-and does in 2.48; the project's environments (verl 0.7, 0.8, 0.9) all run Ray 2.60, so
-``pyproject.toml`` asks for ``ray>=2.60``, the version the tests run.
+Ray floor: ``bundle_label_selector`` is the one Ray feature here newer than verl's own floor (2.41):
+the argument came with Ray PR 52988 (May 2025) and Ray documents label scheduling from 2.49, so
+``pyproject.toml`` asks for ``ray>=2.49``, not for the 2.60 the tests run (a higher floor would make
+pip upgrade the Ray of an image whose running cluster is older: a version mismatch on join). Until
+Ray PR 60170 (January 2026) STRICT_PACK placement groups ignored their bundle label selectors; so
+after a pool's groups are ready, :func:`unpinned_groups` reads where Ray put them and a group off its
+planned node is announced (the run goes on with Ray's layout; a newer Ray keeps the planned one).
 
 Plan node ``k`` is the ``k``-th alive node with GPUs, ordered by (IP address, node id): the order
 verl itself sorts placement groups in (``sort_placement_group_by_node_ip``), so ranks stay stable
@@ -201,6 +205,20 @@ def await_placement_groups(
     )
 
 
+def unpinned_groups(
+    pgs: Sequence[Any], node_ids: Sequence[str], table: Callable[[Any], dict[str, Any]] | None = None
+) -> list[tuple[int, str, set[str]]]:
+    """(index, planned node, nodes Ray used) of every placement group with a bundle off its planned node."""
+    if table is None:
+        from ray.util import placement_group_table as table
+    off = []
+    for index, (pg, node_id) in enumerate(zip(pgs, node_ids, strict=True)):
+        used = {str(n) for n in (table(pg).get("bundles_to_node_id") or {}).values()}
+        if used and used != {node_id}:
+            off.append((index, node_id, used))
+    return off
+
+
 class PinnedRayResourcePool(RayResourcePool):
     """A ``RayResourcePool`` whose placement group ``i`` is pinned to ``node_ids[i]``."""
 
@@ -242,6 +260,13 @@ class PinnedRayResourcePool(RayResourcePool):
                     )
                 )
             await_placement_groups(self.name_prefix, pgs, requests, self.ready_timeout_s)
+            for index, planned, used in unpinned_groups(pgs, self.node_ids):
+                announce(
+                    f"WARNING: resource pool {self.name_prefix}: Ray put placement group {index} on node(s) "
+                    f"{sorted(n[:8] for n in used)}, not on the planned node {planned[:8]}. Ray "
+                    f"{ray.__version__} ignores bundle label selectors for STRICT_PACK placement groups (fixed by "
+                    "Ray PR 60170); the run goes on with Ray's layout. Upgrade Ray for the planned one."
+                )
             # Kept in plan (node) order: rank r of the worker group lands on the planned node.
             self.pgs = pgs
         return super().get_placement_groups(strategy=strategy, name=name, device_name=device_name)

@@ -1,0 +1,141 @@
+"""``verl-split doctor --ray`` on a node where ``ray start`` runs: it joins the cluster as is.
+
+Ray refuses ``ray.init(num_cpus=...)`` against an existing cluster (``ray/_private/worker.py:1936`` in
+Ray 2.60), which is what doctor used to call. The test starts its own ``ray start --head`` cluster
+(its own port and temporary folder, so no other Ray on this machine is touched or picked up) and
+stops exactly that cluster again: the ``ray start --block`` process it started, then any process
+left that names the cluster's temporary folder, by pid. Never ``ray stop``, which would stop every
+Ray of the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from pyrun import clean_env
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop_cluster(proc: subprocess.Popen, temp_dir: str) -> None:
+    """Stop the cluster this test started, and only it."""
+    import psutil
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)  # `ray start --block` stops the processes it started
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+        left = []
+        for candidate in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if any(temp_dir in part for part in candidate.info["cmdline"] or ()):
+                    left.append(candidate)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    for candidate in left:  # what ignored SIGTERM: this cluster's own processes, by pid
+        with contextlib.suppress(psutil.NoSuchProcess):
+            candidate.kill()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_start_cluster():
+    """A ``ray start --head`` cluster with 1 CPU: (address, the ``ray start`` process)."""
+    port = _free_port()
+    # A short folder of its own: Ray's socket paths must stay under the kernel's 107 characters.
+    temp_dir = tempfile.mkdtemp(prefix="vs-doctor-ray-", dir="/tmp")
+    proc = subprocess.Popen(
+        [
+            RAY,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=1",
+            "--num-gpus=0",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+            "--block",
+        ],
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        _wait_until_up(address, proc)
+        yield address, proc
+    finally:
+        _stop_cluster(proc, temp_dir)
+
+
+def _wait_until_up(address: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"ray start exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        status = subprocess.run(
+            [RAY, "status", f"--address={address}"], env=clean_env(), capture_output=True, text=True, timeout=60
+        )
+        if status.returncode == 0 and "1.0 CPU" in status.stdout:
+            return
+        time.sleep(1)
+    raise AssertionError(f"the ray start cluster at {address} did not come up in {timeout:g}s")
+
+
+def _total_cpus(address: str) -> str:
+    status = subprocess.run(
+        [RAY, "status", f"--address={address}"], env=clean_env(), capture_output=True, text=True, timeout=60
+    )
+    return next((line.strip() for line in status.stdout.splitlines() if "CPU" in line), status.stdout)
+
+
+def test_doctor_ray_joins_a_running_cluster_without_asking_it_for_resources(ray_start_cluster):
+    address, server = ray_start_cluster
+    before = _total_cpus(address)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_split.cli", "doctor", "--json", "--ray"],
+        env=clean_env({"VERL_SPLIT": "1", "RAY_ADDRESS": address}),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    worker = report["ray_worker"]
+    assert worker["pid"] != report["pid"] and worker["active"] is True, worker
+    joined = f"the running Ray cluster at {address}, joined without asking it for resources"
+    assert worker["ray_cluster"] == joined
+    assert f"verl-split doctor: Ray worker in {joined}" in proc.stderr  # and says so
+    assert not any("could not run a Ray worker" in p for p in report["problems"]), report["problems"]
+    # The cluster is as it was: still up (doctor did not shut it down), with the same resources.
+    assert server.poll() is None
+    assert _total_cpus(address) == before
