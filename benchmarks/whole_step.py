@@ -1,16 +1,24 @@
-"""Benchmark: the whole PPO step five ways, side by side, on real verl workers on CPU (no GPU used or needed).
+"""Benchmark: the whole PPO step seven ways, side by side, on real verl workers on CPU (no GPU used or needed).
 
 One invocation runs the same CPU dry-run PPO job (``verl_split.dry_run.dry_run_overrides``: GAE with a critic,
 a reference policy for the KL loss, 2 logical GPUs, verl's ``trainer.use_v1`` by default, ``--trainer v0``
-for ``RayPPOTrainer``) in five configurations:
+for ``RayPPOTrainer``) in these configurations (``--configs`` picks some):
 
 - ``stock``: ``VERL_SPLIT`` unset, every role on both logical GPUs (data parallel over 2 workers);
 - ``split sequential``: ``VERL_SPLIT=1 VERL_SPLIT_OVERLAP=off``, actor+rollout+ref on one logical GPU,
   the critic on the other, every phase one after the other;
 - ``split + updates``: ``VERL_SPLIT_OVERLAP=updates``, the actor and critic updates at once;
-- ``split + all``: ``VERL_SPLIT_OVERLAP=on``, also the critic's values beside old_log_prob + ref;
-- ``split + all + shared``: the same with ``VERL_SPLIT_SHARED_ROLLOUT=1``, a rollout replica on the critic's
-  logical GPU too (v1 trainer only: ``--trainer v0`` leaves it out).
+- ``split + updates + prep``: ``updates,prep``, also the critic's values beside old_log_prob + ref;
+- ``split + all``: ``VERL_SPLIT_OVERLAP=on``, also the critic's update left running into the next step
+  (``defer_critic``), joined at the next values;
+- ``split + all + shared``: ``on`` with ``VERL_SPLIT_SHARED_ROLLOUT=1``, a rollout replica on the critic's
+  logical GPU too; the weight push joins the deferred critic update before that replica wakes;
+- ``split + updates + prep + shared``: shared rollout without the deferral (v1 trainer only, as the one
+  above: ``--trainer v0`` leaves both out).
+
+The first line printed (and the ``headline`` JSON row) is the best split configuration's whole-step speed-up
+against stock with its pools' busy shares, beside the limit it is measured against: on 2 cores (one per
+pool) the same work on the same cores can at best tie stock, 1.00x.
 
 Each repetition (``--repeats``) first measures the machine's parallel ceiling (``ceiling.py``: two bare
 torch processes with the workers' thread settings, at once and one after the other), then runs the
@@ -40,7 +48,8 @@ the target work ratio (``--update-ratio``, ``--prep-ratio``, default 1:1). Numbe
 - breakdown (``breakdown.py``): where each overlapped phase's wall goes, from the driver's lanes
   (``VERL_SPLIT_TRACE``) and the workers' own intervals and CPU time (``tests/plugins/phase_log.py``).
 
-verl's v1 trainer waits for generation by polling every 2 s, so its ``gen`` comes in multiples of 2 s.
+verl's v1 trainer waits for generation by polling every 2 s; in CPU mode verl-split polls every 0.05 s
+(``verl_split/seams/cpu_replay_poll.py``), so ``gen`` is what generating took.
 """
 
 from __future__ import annotations
@@ -72,14 +81,18 @@ CONFIGS = (
     ("stock", "stock", None, None),
     ("sequential", "split sequential", "1", "off"),
     ("updates", "split + updates", "1", "updates"),
+    ("prep", "split + updates + prep", "1", "updates,prep"),
     ("all", "split + all", "1", "on"),
     ("shared", "split + all + shared", "1", "on"),
+    ("shared_nodefer", "split + updates + prep + shared", "1", "updates,prep"),
 )
 #: Configurations that also generate on the critic pool (VERL_SPLIT_SHARED_ROLLOUT=1).
-SHARED_ROLLOUT = {"shared"}
+SHARED_ROLLOUT = {"shared", "shared_nodefer"}
 TITLES = {key: title for key, title, _, _ in CONFIGS}
 #: Which run measures which overlapped phase, against the split sequential run.
-OVERLAPPED = (("updates", "updates"), ("updates", "all"), ("prep", "all"))
+OVERLAPPED = (("updates", "updates"), ("prep", "prep"), ("updates", "all"))
+#: What the best configuration is measured against: on 2 cores, one per pool, a tie with stock.
+LIMIT = 1.0
 #: Per phase, the metrics of each lane, then verl's timers to fall back on.
 LANES = {
     "updates": {"actor": ("split/actor_update_s",), "critic": ("split/critic_update_s",)},
@@ -258,8 +271,65 @@ def step_rows(reps: list[dict]) -> list[dict]:
         for base in (b for b in ("sequential", "stock") if b in reps[0]["metrics"]):
             ups = [report.mean_phases(r["metrics"][base])["step"] / m["step"] for r, m in zip(reps, means, strict=True)]
             row[f"speedup_vs_{base}"] = stats(ups)
+        if key != "stock":
+            for pool in ("actor", "critic"):
+                metric = f"split/{pool}_pool_busy_share"
+                row[f"{pool}_pool_busy_share"] = stats([steady_mean(rep, key, metric) for rep in reps])
         rows.append(row)
     return rows
+
+
+def headline_row(rows: list[dict]) -> dict | None:
+    """The best split configuration against stock (median speed-up), with its pools' busy shares."""
+    split = [r for r in rows if r["kind"] == "step" and r["config"] != TITLES["stock"] and "speedup_vs_stock" in r]
+    if not split:
+        return None
+    best = max(split, key=lambda r: r["speedup_vs_stock"]["median"])
+    return {
+        "kind": "headline",
+        "config": best["config"],
+        "speedup_vs_stock": best["speedup_vs_stock"]["median"],
+        "speedup_vs_stock_min": best["speedup_vs_stock"]["min"],
+        "speedup_vs_stock_max": best["speedup_vs_stock"]["max"],
+        "actor_pool_busy_share": best["actor_pool_busy_share"]["median"],
+        "critic_pool_busy_share": best["critic_pool_busy_share"]["median"],
+        "limit": LIMIT,
+    }
+
+
+def print_headline(headline: dict) -> None:
+    print(
+        f"headline: {headline['config']} {headline['speedup_vs_stock']:.2f}x "
+        f"[{headline['speedup_vs_stock_min']:.2f}-{headline['speedup_vs_stock_max']:.2f}] stock on the whole step "
+        f"(limit on 2 cores, one per pool: {headline['limit']:.2f}x, a tie); pools busy: actor "
+        f"{headline['actor_pool_busy_share']:.2f}, critic {headline['critic_pool_busy_share']:.2f}"
+    )
+
+
+def deferral_row(reps: list[dict]) -> dict | None:
+    """The update phase with the critic's update deferred against the actor's update alone."""
+    ran = reps[0]["metrics"]
+    if "all" not in ran or "sequential" not in ran:
+        return None
+    per_rep = []
+    for rep in reps:
+        alone = steady_mean(rep, "sequential", "split/actor_update_s")
+        phase = report.mean_phases(rep["metrics"]["all"])["updates"]
+        hidden = steady_mean(rep, "all", "split/critic_update_hidden_s")
+        waited = steady_mean(rep, "all", "split/critic_join_wait_s")
+        per_rep.append(
+            {
+                "update_phase_s": phase,
+                "actor_alone_s": alone,
+                "ratio": phase / alone,
+                "hidden_s": hidden,
+                "join_wait_s": waited,
+            }
+        )
+    row = {"kind": "deferral", "config": TITLES["all"]}
+    for name in per_rep[0]:
+        row[name] = stats([r[name] for r in per_rep])
+    return row
 
 
 def steady_mean(rep: dict, key: str, metric: str) -> float:
@@ -269,6 +339,11 @@ def steady_mean(rep: dict, key: str, metric: str) -> float:
 
 def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
     keys = [key for key, *_ in CONFIGS if key in reps[0]["metrics"]]
+    headline = next((r for r in rows if r["kind"] == "headline"), None)
+    if headline:
+        print("\n" + "-" * 100)
+        print_headline(headline)
+        print("-" * 100)
     means = {key: [report.mean_phases(rep["metrics"][key]) for rep in reps] for key in keys}
     shown = [p for p in report.PHASES if any(m[p] >= report.MIN_PHASE_S for ms in means.values() for m in ms)]
     print(f"\nwall time per phase, s: median [min-max] of {len(reps)} repetitions, each the mean of steps 2..N")
@@ -281,6 +356,19 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
         ups = [f"{cell_of(row[f'speedup_vs_{b}'])}x against {TITLES[b]}" for b in against]
         if ups:  # --configs without stock or split sequential: nothing to compare against
             print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
+    for row in (r for r in rows if r["kind"] == "step" and "actor_pool_busy_share" in r):
+        print(
+            f"pools busy, {row['config']}: actor {cell_of(row['actor_pool_busy_share'])}, "
+            f"critic {cell_of(row['critic_pool_busy_share'])}"
+        )
+    deferral = next((r for r in rows if r["kind"] == "deferral"), None)
+    if deferral:
+        print(
+            f"update phase with the critic's update deferred ({deferral['config']}): "
+            f"{cell_of(deferral['update_phase_s'])} s against the actor's update alone (split sequential) "
+            f"{cell_of(deferral['actor_alone_s'])} s: {cell_of(deferral['ratio'])}x; critic update hidden "
+            f"{cell_of(deferral['hidden_s'])} s, waited for at the join {cell_of(deferral['join_wait_s'])} s per step"
+        )
     for key in (k for k in keys if k in SHARED_ROLLOUT):
         share = [steady_mean(rep, key, "split/critic_pool_rollout_share") for rep in reps]
         push = [steady_mean(rep, key, "split/shared_rollout_sync_s") for rep in reps]
@@ -370,6 +458,7 @@ def main() -> int:
         return 0
     target = {"updates": args.update_ratio, "prep": args.prep_ratio}
     rows = phase_rows(reps, target) + step_rows(reps)
+    rows = [r for r in (headline_row(rows), deferral_row(reps)) if r] + rows
     summaries = {}
     for phase, key in overlapped_pairs(reps):
         per_run = {

@@ -62,6 +62,7 @@ _EVERY_FAMILY = {
     _RAY_TRAINER + m  # overlapped preparation and updates on RayPPOTrainer
     for m in ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_reward_colocate", "_compute_values")
     + ("_update_actor", "_update_critic")
+    + ("fit", "_save_checkpoint")  # where a deferred critic update is joined
 }
 #: Placement before the v1 trainer: the TaskRunner is main_ppo's __main__, so RayPPOTrainer's constructor.
 _BEFORE_V1 = {_RAY_TRAINER + "__init__"}
@@ -82,6 +83,7 @@ PATCHED: dict[str, set[str]] = {
         for m in ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values", "_init_resource_pool_mgr")
         + ("_update_actor", "_update_critic")
         + ("_setup", "_validate")  # shared rollout (off unless asked for; the wrappers then call verl straight)
+        + ("fit", "_save_checkpoint", "_compute_reward_colocate")  # where a deferred critic update is joined
     },
 }
 

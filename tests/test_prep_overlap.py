@@ -324,14 +324,15 @@ def test_thread_is_a_daemon_named_for_its_work(patched):
 @pytest.mark.parametrize(
     ("raw", "phases"),
     [
-        (None, {"updates", "prep"}),
-        ("on", {"updates", "prep"}),
-        ("1", {"updates", "prep"}),
+        (None, {"updates", "prep", "defer_critic"}),
+        ("on", {"updates", "prep", "defer_critic"}),
+        ("1", {"updates", "prep", "defer_critic"}),
         ("off", set()),
         ("0", set()),
         ("updates", {"updates"}),
         ("prep", {"prep"}),
         (" Updates , prep ", {"updates", "prep"}),
+        ("updates,defer_critic", {"updates", "defer_critic"}),
     ],
 )
 def test_overlap_switch_takes_on_off_or_a_list_of_phases(raw, phases):
@@ -340,8 +341,13 @@ def test_overlap_switch_takes_on_off_or_a_list_of_phases(raw, phases):
 
 @pytest.mark.parametrize("raw", ["maybe", "updates,values", ","])
 def test_overlap_switch_rejects_anything_else_naming_the_phases(raw):
-    with pytest.raises(SettingsError, match=r"comma list of the phases updates, prep"):
+    with pytest.raises(SettingsError, match=r"comma list of the phases updates, prep, defer_critic"):
         settings.parse_overlap(raw)
+
+
+def test_defer_critic_needs_the_update_overlap():
+    with pytest.raises(SettingsError, match=r"defer_critic .* needs the updates phase too"):
+        settings.parse_overlap("prep,defer_critic")
 
 
 def test_old_log_prob_and_ref_run_beside_a_colocated_reward_model(patched, caplog):

@@ -266,7 +266,53 @@ SEAMS: tuple[Seam, ...] = (
         "verl_split.seams.step_metrics",
         "split",
         ALL_FAMILIES,
-        needs=("Tracking.log(data@0)",),
+        needs=("Tracking.log(data@0, step@1)",),
+    ),
+    # The critic's update runs on into the next step (verl_split/deferred_critic.py): where it is joined.
+    Seam(
+        "deferred_critic_v1",
+        "verl.trainer.ppo.v1.trainer_base",
+        "verl_split.seams.deferred_critic_v1",
+        "split",
+        compat.V1_TRAINER,
+        part="defer_critic",
+        needs=(
+            f"{_V1}fit",
+            f"{_V1}_save_checkpoint",
+            f"{_V1}_compute_reward_colocate(batch@0)",
+            f"{_V1}_compute_values(batch@0, metrics@1)",
+            f"{_V1}total_training_steps",
+            f"?{_V1}trainer_mode",
+            f"?{_V1}parameter_sync_step",
+            "verl.trainer.ppo.v1.utils:MetricsAggregator.add_step_metrics(metrics@0, sample_count)",
+            "verl.trainer.ppo.v1.utils:MetricsAggregator.get_aggregated_metrics",
+        ),
+    ),
+    Seam(
+        "deferred_critic_v0",
+        "verl.trainer.ppo.ray_trainer",
+        "verl_split.seams.deferred_critic_v0",
+        "split",
+        ALL_FAMILIES,
+        part="defer_critic",
+        needs=(
+            f"{_V0}fit",
+            f"{_V0}_save_checkpoint",
+            f"{_V0}_compute_values(batch@0)",
+            f"{_V0}total_training_steps",
+            "verl.utils.metric:reduce_metrics",
+            "verl.protocol:DataProto.from_single_dict(data, meta_info)",
+        ),
+    ),
+    # v1 clears a step's TransferQueue keys at its end; the deferred update still reads them.
+    Seam(
+        "deferred_critic_tq",
+        "transfer_queue",
+        "verl_split.seams.deferred_critic_tq",
+        "split",
+        compat.V1_TRAINER,
+        part="defer_critic",
+        needs=("kv_clear(keys@0, partition_id@1)",),
     ),
     # Rollout replicas on the critic pool too (verl_split/shared_rollout.py), when switched on.
     Seam(
@@ -404,6 +450,15 @@ SEAMS: tuple[Seam, ...] = (
         "cpu",
         ALL_FAMILIES,
         needs=("RolloutReplicaRegistry.register", "RolloutReplicaRegistry._registry", *_CPU_ROLLOUT_NEEDS),
+    ),
+    # v1 polls for finished rollouts every 2 s: the CPU dry run's generation is timed as it ran.
+    Seam(
+        "cpu_replay_poll",
+        "verl.trainer.ppo.v1.replay_buffer",
+        "verl_split.seams.cpu_replay_poll",
+        "cpu",
+        compat.V1_TRAINER,
+        needs=("ReplayBuffer.__init__(poll_interval)", "ReplayBuffer.poll_interval"),
     ),
 )
 

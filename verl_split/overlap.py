@@ -384,9 +384,14 @@ def make_update_actor_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
         step: _Step | None = vars(trainer).pop(_STEP_ATTR, None)
         if step is None:  # no critic this step (GRPO): stock
             return wrapped(*args, **kwargs)
-        if step.actor_future is None:  # sequential: run it here, timed
+        if step.actor_future is None:  # sequential, or beside a deferred critic update: run it here, timed
             step.actor.start = time.monotonic()
-            result = wrapped(*args, **kwargs)
+            try:
+                result = wrapped(*args, **kwargs)
+            except Exception as exc:
+                if step.deferred:  # the critic's update runs meanwhile: name the lane that failed
+                    raise step.failure("actor", step.actor_pool, exc) from exc
+                raise
             step.actor.end = time.monotonic()
         else:
             if batch_arg(args, kwargs) is not batch_arg(step.critic_args, step.critic_kwargs):

@@ -30,7 +30,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     ),
     "VERL_SPLIT_OVERLAP": (
         "on",
-        "Phases run on both pools at once: on (updates,prep), off (none), or a comma list of "
+        "Phases run on both pools at once: on (all: updates,prep,defer_critic), off (none), or a comma list of "
         "updates (the actor and critic updates), prep (values beside old_log_prob + ref) and defer_critic "
         "(the critic's update runs on into the next step's generation, joined at its values).",
     ),
@@ -43,8 +43,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
 #: ``defer_critic`` builds on ``updates``: the critic's update is dispatched beside the actor's and left
 #: running into the next step (``verl_split/deferred_critic.py``).
 OVERLAP_PHASES = ("updates", "prep", "defer_critic")
-#: What ``on`` (and an unset ``VERL_SPLIT_OVERLAP``) means.
-ON_PHASES = frozenset({"updates", "prep"})
+#: What ``on`` (and an unset ``VERL_SPLIT_OVERLAP``) means: every phase.
+ON_PHASES = frozenset(OVERLAP_PHASES)
 
 
 def parse_overlap(raw: str | None) -> frozenset[str]:

@@ -1,16 +1,18 @@
 """Checkpoints under split placement, end to end: a resumed run continues as the uninterrupted one.
 
-Stock ``main_ppo`` on CPU with ``VERL_SPLIT=1`` (both pools, overlaps on), three runs of the same
-job: 4 steps with ``trainer.save_freq=2``; 2 steps with ``save_freq=2`` into a fresh checkpoint
-folder; then ``trainer.resume_mode=auto`` on that folder for 4 steps in all. Steps 3-4 of the
-resumed run must log what the uninterrupted run logged, and the final weights must be equal: bit for
-bit on ``RayPPOTrainer`` (v0). The CPU rollout seeds its sampling from the global step verl passes
-with each weight sync (or the weights themselves on 0.7), not from a count that restarts on resume.
+Stock ``main_ppo`` on CPU with ``VERL_SPLIT=1`` (both pools, every overlap on), two runs of the same
+job: 4 steps with ``trainer.save_freq=2``, whose step-2 checkpoint is saved while step 2's critic
+update runs on into step 3 (``defer_critic``: the save joins it first); then, from a folder holding
+only that checkpoint, ``trainer.resume_mode=auto`` for 4 steps in all. Steps 3-4 of the resumed run
+must log what the uninterrupted run logged, and the final weights must be equal: bit for bit on
+``RayPPOTrainer`` (v0). The CPU rollout seeds its sampling from the global step verl passes with each
+weight sync (or the weights themselves on 0.7), not from a count that restarts on resume.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,8 +94,12 @@ TRAINERS = [pytest.param("v0", marks=pytest.mark.extended), "v1"] if FAMILY in V
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_resume_continues_as_the_uninterrupted_run(tiny_assets, tmp_path, trainer):
     whole = _run(tiny_assets, tmp_path / "whole", STEPS, trainer, tmp_path / "whole_ckpt", resume=False)
-    _run(tiny_assets, tmp_path / "first", SAVED, trainer, tmp_path / "ckpt", resume=False)
-    assert (tmp_path / "ckpt" / f"global_step_{SAVED}").is_dir()
+    # Step 2's critic update was left running into step 3 and joined by the save: the checkpoint resumed from.
+    assert _by_step(whole)[SAVED].get("split/critic_update_deferred") == 1.0, _by_step(whole)[SAVED]
+    saved = tmp_path / "whole_ckpt" / f"global_step_{SAVED}"
+    assert saved.is_dir()
+    shutil.copytree(saved, tmp_path / "ckpt" / saved.name)
+    (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text(str(SAVED))  # verl's own marker
     resumed = _run(tiny_assets, tmp_path / "resumed", STEPS, trainer, tmp_path / "ckpt", resume=True)
 
     expected, got = _by_step(whole), _by_step(resumed)

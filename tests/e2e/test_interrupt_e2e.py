@@ -1,10 +1,10 @@
-"""Ctrl-C during an overlapped update: the run stops within 30 s and leaves nothing behind.
+"""Ctrl-C during a deferred critic update: the run stops within 30 s and leaves nothing behind.
 
-Stock ``main_ppo`` on CPU with ``VERL_SPLIT=1`` (overlaps on), in a process group of its own as a
-shell runs a foreground job. The test plugin ``tests/plugins/slow_updates.py`` makes each update
-sleep long inside the worker processes and logs when it starts; once both the actor's and the
-critic's updates are under way, the test sends SIGINT to the whole group, as a terminal's Ctrl-C
-does. Every process of the run -- driver, Ray's GCS and raylet, TaskRunner, workers, rollout server --
+Stock ``main_ppo`` on CPU with ``VERL_SPLIT=1`` (every overlap on), in a process group of its own as a
+shell runs a foreground job. The test plugin ``tests/plugins/slow_updates.py`` makes the critic's
+update sleep long inside its worker process and logs when each call starts; once the critic's update
+of step 1 is under way and the actor pool has gone on into step 2 (its old_log_prob started), the
+test sends SIGINT to the whole group, as a terminal's Ctrl-C does. Every process of the run -- driver, Ray's GCS and raylet, TaskRunner, workers, rollout server --
 carries a marker in its environment (Ray hands the driver's environment on to the processes it
 starts), so "nothing left behind" is checked over every process on the machine, not only the
 driver's descendants (Ray's daemons do not stay in the driver's process tree).
@@ -51,6 +51,20 @@ def _marked(token: str) -> list[int]:
     return found
 
 
+def _actor_prep_calls(log: Path) -> int:
+    """How many old_log_prob / ref calls the actor's workers started."""
+    if not log.exists():
+        return 0
+    count = 0
+    for line in log.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        count += record.get("phase") == "prep" and record.get("role") == "actor" and "end" not in record
+    return count
+
+
 def _updates_in_flight(log: Path) -> set[str]:
     """The roles whose update call has started and not ended, from the workers' records."""
     if not log.exists():
@@ -71,10 +85,11 @@ def _updates_in_flight(log: Path) -> set[str]:
     return set(open_calls.values())
 
 
-def test_ctrl_c_during_overlapped_update_stops_the_run_and_leaves_nothing(tiny_assets, tmp_path):
+def test_ctrl_c_during_deferred_critic_update_stops_the_run_and_leaves_nothing(tiny_assets, tmp_path):
     token = uuid.uuid4().hex
     records = tmp_path / "updates.jsonl"
-    env = run_environment(tmp_path, plugin_env(tmp_path, VERL_SPLIT="1", SLOW_UPDATES_SLEEP=str(UPDATE_SLEEP_S)))
+    slow = {"SLOW_UPDATES_SLEEP_CRITIC": str(UPDATE_SLEEP_S)}
+    env = run_environment(tmp_path, plugin_env(tmp_path, VERL_SPLIT="1", **slow))
     env[MARKER] = token
     overrides = dry_run_overrides(tiny_assets, 2, "gae", None, tmp_path, n_gpus_per_node=2)
     log_path = tmp_path / "main_ppo.log"
@@ -89,7 +104,7 @@ def test_ctrl_c_during_overlapped_update_stops_the_run_and_leaves_nothing(tiny_a
         )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while _updates_in_flight(records) != {"actor", "critic"}:
+        while _updates_in_flight(records) != {"critic"} or _actor_prep_calls(records) < 2:
             assert proc.poll() is None, f"main_ppo ended before its updates:\n{log_path.read_text()[-4000:]}"
             assert time.monotonic() < deadline, f"the updates did not start:\n{log_path.read_text()[-4000:]}"
             time.sleep(0.5)

@@ -25,6 +25,8 @@ from verl_split.dry_run import dry_run_overrides
 pytestmark = pytest.mark.e2e
 
 SLEEP_S = 2.0
+#: The critic's update that fails runs this long first: the actor pool is into the next step by then.
+DEFERRED_FAIL_AFTER_S = 6.0
 #: (losses, weights) tolerance of overlap on vs off with verl's default trainer: why, in
 #: test_overlap_changes_no_numbers; bit for bit on RayPPOTrainer.
 TOLERANCE, WEIGHT_TOLERANCE = (1e-5, 1e-3) if DEFAULT_TRAINER == "v1" else (0.0, 0.0)
@@ -105,6 +107,13 @@ def test_updates_overlap_in_every_step(overlapped_and_sequential):
         assert overlap_s >= 0.8 * min(actor_s, critic_s)
         assert min(actor_s, critic_s) >= SLEEP_S
     assert all(s > 1.2 for s in run.series("split/speedup")), run.series("split/speedup")
+    # Steps 1-2 leave the critic's update running into the next step; the last step joins its own.
+    assert run.series("split/critic_update_deferred") == [1.0, 1.0]
+    assert "the critic's update runs on into the next step" in run.log
+    for key in ("split/critic_update_hidden_s", "split/critic_join_wait_s"):
+        values = run.series(key)
+        assert len(values) == 2 and all(v >= 0.0 for v in values), (key, values)
+    assert len(run.series("critic/vf_loss")) == 3  # each step's critic metrics reach its own record
 
 
 def test_values_overlap_old_log_prob_and_ref_in_every_step(overlapped_and_sequential):
@@ -237,7 +246,8 @@ def test_grpo_without_critic(tiny_assets, tmp_path):
 @pytest.mark.parametrize(
     ("fault", "role", "message"),
     [
-        ("SLOW_UPDATES_FAIL", "critic", "the critic update failed on resource pool 'critic_pool'"),
+        # The critic's update of step 1 runs on into step 2 (defer_critic, part of `on`) and fails there.
+        ("SLOW_UPDATES_FAIL", "critic", "the critic update of step 1 failed on resource pool 'critic_pool'"),
         # Each lane and each kind of fault in the default suite; the other two combinations: --extended.
         pytest.param(
             "SLOW_UPDATES_KILL",
@@ -257,10 +267,19 @@ def test_grpo_without_critic(tiny_assets, tmp_path):
 def test_a_failure_in_either_lane_ends_the_run_promptly(tiny_assets, tmp_path, fault, role, message):
     started = time.time()
     sleeps = {"SLOW_UPDATES_SLEEP": "1", "SLOW_PREP_SLEEP": "1"}
+    deferred_critic_fails = fault == "SLOW_UPDATES_FAIL" and role == "critic"
+    if deferred_critic_fails:  # long enough that the actor pool is into step 2 when it fails
+        sleeps["SLOW_UPDATES_SLEEP_CRITIC"] = str(DEFERRED_FAIL_AFTER_S)
     run = run_split(tiny_assets, tmp_path, steps=2, extra=[], **sleeps, **{fault: role})
     ended = started + run.wall_s
     assert run.returncode != 0
     assert message in run.log, run.log[-4000:]
     phase = "update" if fault.startswith("SLOW_UPDATES") else "prep"
-    fault_time = next(r["start"] for r in worker_records(tmp_path) if r["role"] == role and r["phase"] == phase)
+    records = worker_records(tmp_path)
+    fault_time = next(r["start"] for r in records if r["role"] == role and r["phase"] == phase)
+    if deferred_critic_fails:
+        fault_time += DEFERRED_FAIL_AFTER_S
+        # The trainer went on meanwhile: the actor's old_log_prob of step 2 started before the critic failed.
+        actor_prep = [r["start"] for r in records if r["role"] == "actor" and r["phase"] == "prep" and "end" not in r]
+        assert len(actor_prep) == 2 and actor_prep[1] < fault_time, (actor_prep, fault_time)
     assert ended - fault_time < 30, f"the run took {ended - fault_time:.0f}s to end after the {role} failed"

@@ -15,7 +15,8 @@ the trainer. Two phases of a PPO step:
 Environment (``PHASE`` is ``UPDATES`` or ``PREP``):
 - ``SLOW_UPDATES_LOG``: JSON-lines file: a line when a call starts (phase, role, method, pid,
   start, and the Ray placement group the worker runs in) and one when it ends (+ end).
-- ``SLOW_{PHASE}_SLEEP``: seconds to sleep at the start of each call of that phase (default 0).
+- ``SLOW_{PHASE}_SLEEP``: seconds to sleep at the start of each call of that phase (default 0);
+  ``SLOW_{PHASE}_SLEEP_CRITIC`` / ``_ACTOR``: the same for one role, in place of ``SLOW_{PHASE}_SLEEP``.
 - ``SLOW_{PHASE}_FAIL``: ``critic`` or ``actor``: raise inside that role's call of that phase.
 - ``SLOW_{PHASE}_KILL``: ``critic`` or ``actor``: kill that worker's process in that call.
 - ``SLOW_ROLLOUT_KILL``: ``<replica rank>@<step>``: with shared rollout, kill that replica's CPU
@@ -60,7 +61,7 @@ def _instrument(phase, role, original):
         start = time.time()
         base = {"phase": phase, "role": role, "method": original.__name__, "pid": os.getpid(), "start": start}
         _log({**base, "placement_group": _placement_group()})
-        time.sleep(float(os.environ.get(f"{knob}_SLEEP", "0")))
+        time.sleep(float(os.environ.get(f"{knob}_SLEEP_{role.upper()}", os.environ.get(f"{knob}_SLEEP", "0"))))
         if os.environ.get(f"{knob}_KILL") == role:
             os._exit(1)
         if os.environ.get(f"{knob}_FAIL") == role:
