@@ -4,10 +4,11 @@ Stock ``main_ppo`` on CPU with ``VERL_SPLIT=1`` (every overlap on), in a process
 shell runs a foreground job. The test plugin ``tests/plugins/slow_updates.py`` makes the critic's
 update sleep long inside its worker process and logs when each call starts; once the critic's update
 of step 1 is under way and the actor pool has gone on into step 2 (its old_log_prob started), the
-test sends SIGINT to the whole group, as a terminal's Ctrl-C does. Every process of the run -- driver, Ray's GCS and raylet, TaskRunner, workers, rollout server --
-carries a marker in its environment (Ray hands the driver's environment on to the processes it
-starts), so "nothing left behind" is checked over every process on the machine, not only the
-driver's descendants (Ray's daemons do not stay in the driver's process tree).
+test sends SIGINT to the whole group, as a terminal's Ctrl-C does. Every process of the run --
+driver, Ray's GCS and raylet, TaskRunner, workers, rollout server -- carries a marker in its
+environment (Ray hands the driver's environment on to the processes it starts), so "nothing left
+behind" is checked over every process on the machine, not only the driver's descendants (Ray's
+daemons do not stay in the driver's process tree).
 """
 
 from __future__ import annotations
