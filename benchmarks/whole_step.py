@@ -32,9 +32,10 @@ The job is made heavy enough that fixed costs do not dominate (``--batch 128`` p
 answers, one PPO epoch, micro-batches of ``--critic-tokens`` tokens: verl's dynamic batch size on both
 sides, which is the only micro-batch setting verl's v1 trainer gives the critic). The tiny model computes
 little per token, so most of each phase is verl's per-micro-batch work (Python, FSDP, autograd), one
-thread per worker. A calibration run (split sequential, equal settings) measures how much more the
-actor's side costs and sets the actor's token budgets (and, if needed, epochs) so that each phase has
-the target work ratio (``--update-ratio``, ``--prep-ratio``, default 1:1). Numbers:
+thread per worker. Calibration runs (split sequential, the first at equal settings) measure how much more
+the actor's side costs and move the actor's token budgets (and, if needed, epochs) along a secant until
+each phase has the target work ratio within 10 % (``--update-ratio``, ``--prep-ratio``, default 1:1;
+``--calibration-runs``, default 3). Numbers:
 
 - phase table: wall time per phase (``verl_split.report.phase_times``: ``prep`` = old_log_prob + ref +
   values, ``updates`` = both updates; with split placement from verl-split's ``split/*`` walls);
@@ -179,35 +180,95 @@ def lane_means(metrics: list[dict], phase: str) -> dict[str, float]:
     return means
 
 
-def calibrate(assets, work: Workload, out: Path, update_ratio: float, prep_ratio: float) -> tuple[Workload, dict]:
-    """One split sequential run at equal settings; returns the workload tuned to the target ratios."""
+def _secant(points: list[tuple[float, float]], target: float) -> float:
+    """The knob value at which the measured ratio reaches ``target``, from (knob, ratio) points on a log-log line.
+
+    A token budget acts on a lane's time in steps (a micro-batch holds whole sequences), so one
+    proportional guess misses: the calibration measured 2.01:1 where it aimed at 1:1 with it."""
+    (x0, f0), (x1, f1) = points[-2], points[-1]
+    slope = (math.log(f1) - math.log(f0)) / (math.log(x1) - math.log(x0)) if x1 != x0 and f1 != f0 else 0.0
+    if slope >= 0.0:  # a larger budget must mean fewer micro-batches, a shorter lane: else scale by the ratio
+        return x1 * f1 / target
+    return math.exp(math.log(x1) + (math.log(target) - math.log(f1)) / slope)
+
+
+def calibrate(
+    assets, work: Workload, out: Path, update_ratio: float, prep_ratio: float, runs: int = 3
+) -> tuple[Workload, dict]:
+    """Split sequential runs that tune the actor's side until each phase has the target work ratio.
+
+    The first run has equal settings (the actor's preparation budget at ``PREP_PRIOR`` times the critic's, for
+    the reference's second forward pass); the next ones move the actor's token budgets along a secant through
+    the last two measurements, until both ratios are within 10 % of their targets or ``runs`` runs are done."""
     prior = max(work.min_tokens, round(work.critic_tokens * PREP_PRIOR))
     trial = Workload(**{**asdict(work), "actor_epochs": work.critic_epochs, "actor_prep_tokens": prior})
     trial.actor_update_tokens = work.critic_tokens
-    metrics = run_job(assets, trial, "sequential", out, steps=3)
-    upd, prep = lane_means(metrics, "updates"), lane_means(metrics, "prep")
-    k_update, k_prep = upd["actor"] / upd["critic"], prep["actor"] / prep["critic"]
-    # Time ~ epochs x micro-batches ~ epochs / token budget, so the actor's budget scales with the ratio.
-    epochs = max(1, math.ceil(update_ratio * work.critic_epochs * work.min_tokens / (work.critic_tokens * k_update)))
-    update_tokens = round(work.critic_tokens * k_update * epochs / (work.critic_epochs * update_ratio))
-    prep_tokens = round(prior * k_prep / prep_ratio)
-    if prep_tokens < work.min_tokens:
-        print(
-            f"prep ratio {prep_ratio:g}:1 needs micro-batches below one sequence; using the smallest", file=sys.stderr
+    history: list[dict] = []
+    update_points: list[tuple[float, float]] = []
+    prep_points: list[tuple[float, float]] = []
+    for attempt in range(1, runs + 1):
+        metrics = run_job(assets, trial, "sequential", out / f"run{attempt}", steps=3)
+        upd, prep = lane_means(metrics, "updates"), lane_means(metrics, "prep")
+        k_update, k_prep = upd["actor"] / upd["critic"], prep["actor"] / prep["critic"]
+        history.append(
+            {
+                "workload": asdict(trial),
+                "update_ratio": k_update,
+                "prep_ratio": k_prep,
+                "updates_s": upd,
+                "prep_s": prep,
+            }
         )
-    tuned = Workload(**asdict(work))
-    tuned.actor_epochs = epochs
-    tuned.actor_update_tokens = max(work.min_tokens, update_tokens)
-    tuned.actor_prep_tokens = max(work.min_tokens, prep_tokens)
-    found = {"update_cost_ratio": k_update, "prep_cost_ratio": k_prep, "updates_s": upd, "prep_s": prep}
+        print(
+            f"calibration run {attempt}: actor:critic {k_update:.2f}:1 in the updates (actor epochs "
+            f"{trial.actor_epochs}, {trial.actor_update_tokens} tokens), {k_prep:.2f}:1 in the preparation "
+            f"({trial.actor_prep_tokens} tokens; critic {work.critic_tokens}); aiming at {update_ratio:g}:1 and "
+            f"{prep_ratio:g}:1",
+            file=sys.stderr,
+            flush=True,
+        )
+        if abs(k_update / update_ratio - 1) <= 0.1 and abs(k_prep / prep_ratio - 1) <= 0.1:
+            break
+        if attempt == runs:
+            break
+        update_points.append((trial.actor_update_tokens / trial.actor_epochs, k_update))
+        prep_points.append((trial.actor_prep_tokens, k_prep))
+        nxt = Workload(**asdict(trial))
+        if len(update_points) == 1:
+            # Time ~ epochs x micro-batches ~ epochs / token budget: the first guess scales by the ratio.
+            epochs = math.ceil(update_ratio * work.critic_epochs * work.min_tokens / (work.critic_tokens * k_update))
+            nxt.actor_epochs = max(1, epochs)
+        per_epoch = (
+            _secant(update_points, update_ratio)
+            if len(update_points) > 1
+            else (work.critic_tokens * k_update / (work.critic_epochs * update_ratio))
+        )
+        nxt.actor_update_tokens = max(work.min_tokens, round(per_epoch * nxt.actor_epochs))
+        prep_tokens = _secant(prep_points, prep_ratio) if len(prep_points) > 1 else prior * k_prep / prep_ratio
+        if prep_tokens < work.min_tokens:
+            print(
+                f"prep ratio {prep_ratio:g}:1 needs micro-batches below one sequence; using the smallest",
+                file=sys.stderr,
+            )
+        nxt.actor_prep_tokens = max(work.min_tokens, round(prep_tokens))
+        trial = nxt
+    last = history[-1]
+    found = {
+        "update_cost_ratio": history[0]["update_ratio"],
+        "prep_cost_ratio": history[0]["prep_ratio"],
+        "reached_update_ratio": last["update_ratio"],
+        "reached_prep_ratio": last["prep_ratio"],
+        "runs": history,
+    }
     print(
-        f"calibration: actor:critic {k_update:.2f}:1 in the updates at equal settings, {k_prep:.2f}:1 in the "
-        f"preparation at {prior} tokens; set: actor epochs {epochs}, actor token budgets update "
-        f"{tuned.actor_update_tokens}, prep {tuned.actor_prep_tokens} (critic {work.critic_tokens})",
+        f"calibration: reached {last['update_ratio']:.2f}:1 in the updates and {last['prep_ratio']:.2f}:1 in the "
+        f"preparation (aimed at {update_ratio:g}:1 and {prep_ratio:g}:1) in {len(history)} run(s); set: actor "
+        f"epochs {trial.actor_epochs}, actor token budgets update {trial.actor_update_tokens}, prep "
+        f"{trial.actor_prep_tokens} (critic {work.critic_tokens})",
         file=sys.stderr,
         flush=True,
     )
-    return tuned, found
+    return trial, found
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -415,6 +476,9 @@ def main() -> int:
     parser.add_argument(
         "--ceiling-seconds", type=float, default=2.0, help="work per bare process (default %(default)s)"
     )
+    parser.add_argument(
+        "--calibration-runs", type=int, default=3, help="at most this many calibration runs (default %(default)s)"
+    )
     parser.add_argument("--work-dir", default=None, help="where runs write (default: a temporary folder)")
     parser.add_argument("--json", default=None, help="write the rows as a JSON list to this file")
     parser.add_argument(
@@ -441,7 +505,9 @@ def main() -> int:
         args.trainer,
     )
     print(f"calibrating in {work_dir} ...", file=sys.stderr, flush=True)
-    work, found = calibrate(assets, work, work_dir / "calibration", args.update_ratio, args.prep_ratio)
+    work, found = calibrate(
+        assets, work, work_dir / "calibration", args.update_ratio, args.prep_ratio, args.calibration_runs
+    )
     # Shared rollout runs on verl 0.9's v1 trainer only (verl-split refuses it on RayPPOTrainer).
     configs = [c for c in CONFIGS if c[0] in wanted and (args.trainer == "v1" or c[0] not in SHARED_ROLLOUT)]
     iterations = ceiling.iterations_for(args.ceiling_seconds) if args.repeats else 0

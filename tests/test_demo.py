@@ -252,3 +252,22 @@ def test_a_failed_run_shows_the_end_of_its_log_and_exits_with_verls_status(tmp_p
     assert out.strip() == f"[1/3] stock verl: starting main_ppo, its output in {tmp_path / 'main_ppo.log'}"
     assert "line 59\n" not in err and "line 60\nline 61" in err and "line 99\n" in err  # the last 40 lines
     assert f"verl exited with status 3; its whole output: {tmp_path / 'main_ppo.log'}" in err
+
+
+def test_the_update_table_shows_a_deferred_critic_update():
+    """A step whose critic update ran on into the next: its wall is what the step waited for, plus what hid."""
+    deferred = {
+        "step": 1,
+        "split/critic_update_s": 3.0,
+        "split/actor_update_s": 1.0,
+        "split/update_wall_s": 3.0,
+        "split/critic_update_deferred": 1.0,
+        "split/critic_update_hidden_s": 1.5,
+        "split/critic_join_wait_s": 0.5,
+        "timing_s/update_critic": 0.01,
+        "timing_s/update_actor": 1.0,
+    }
+    rows = report.step_rows([deferred])
+    assert rows[0]["wall_s"] == pytest.approx(1.01) and rows[0]["speedup"] == pytest.approx(4.0 / 1.01)
+    table = report.summary_table(rows)
+    assert "hidden" in table and "1.50s" in table and "0.50s" in table

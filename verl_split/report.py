@@ -185,34 +185,46 @@ def plot_step_times(columns: Sequence[Column], path: str | os.PathLike[str]) -> 
 
 
 def step_rows(metrics: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
-    """One row per step that logged verl-split's update metrics."""
+    """One row per step that logged verl-split's update metrics.
+
+    ``wall_s`` is the update phase as the step paid it (:func:`phase_times`): with the critic's update
+    deferred into the next step, the critic's dispatch and the actor's update; ``hidden_s`` is then the part
+    of the critic's update that ran behind the next step's work, ``waited_s`` what its join waited for."""
     rows = []
     for step in metrics:
         if "split/critic_update_s" not in step:
             continue
         t_actor = float(step.get("split/actor_update_s", 0.0))
         t_critic = float(step["split/critic_update_s"])
+        wall = phase_times(step)["updates"] or float(step.get("split/update_wall_s", t_critic))
         rows.append(
             {
                 "step": int(step["step"]),
                 "t_actor_s": t_actor,
                 "t_critic_s": t_critic,
-                "wall_s": float(step.get("split/update_wall_s", t_critic)),
+                "wall_s": wall,
                 "overlap_s": float(step.get("split/overlap_s", 0.0)),
-                "speedup": float(step.get("split/speedup", 1.0)),
+                "speedup": (t_actor + t_critic) / wall if wall > 0 else float(step.get("split/speedup", 1.0)),
                 "ideal_speedup": float(step.get("split/ideal_speedup", 1.0)),
                 "overlapped": float(step.get("split/overlapped", 0.0)),
+                "deferred": float(step.get("split/critic_update_deferred", 0.0)),
+                "hidden_s": float(step.get("split/critic_update_hidden_s", 0.0)),
+                "waited_s": float(step.get("split/critic_join_wait_s", 0.0)),
             }
         )
     return rows
 
 
 def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[str, float]] = ()) -> str:
-    """The console summary: each update's time, the wall time, achieved and ideal speed-up."""
+    """The console summary: each update's time, the wall time, achieved and ideal speed-up; with the critic's
+    update deferred, how much of it hid behind the next step and how long its join waited."""
     seq_wall = {row["step"]: row["wall_s"] for row in sequential}
+    deferred = any(row.get("deferred") for row in rows)
     header = (
         f"{'step':>4} | {'actor':>7} | {'critic':>7} | {'wall':>7} | {'overlap':>7} | {'speed-up':>8} | {'ideal':>6}"
     )
+    if deferred:
+        header += f" | {'hidden':>7} | {'waited':>7}"
     if seq_wall:
         header += f" | {'wall w/o overlap':>16}"
     lines = [header, "-" * len(header)]
@@ -221,10 +233,21 @@ def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[st
             f"{row['step']:>4} | {row['t_actor_s']:6.2f}s | {row['t_critic_s']:6.2f}s | {row['wall_s']:6.2f}s "
             f"| {row['overlap_s']:6.2f}s | {row['speedup']:7.2f}x | {row['ideal_speedup']:5.2f}x"
         )
+        if deferred:
+            if row.get("deferred"):
+                line += f" | {row['hidden_s']:6.2f}s | {row['waited_s']:6.2f}s"
+            else:
+                line += f" | {'-':>7} | {'-':>7}"
         if seq_wall:
             wall = seq_wall.get(row["step"])
             line += f" | {wall:15.2f}s" if wall is not None else f" | {'-':>16}"
         lines.append(line)
+    if deferred:
+        lines.append(
+            "wall = the update phase the step waited for: with the critic's update deferred into the next step, its "
+            "dispatch and the actor's update; hidden = the part of the critic's update behind the next step's work, "
+            "waited = what the join (the next values) waited for"
+        )
     return "\n".join(lines)
 
 
