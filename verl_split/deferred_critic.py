@@ -223,32 +223,34 @@ def _finish(deferred: _Deferred, value: Any, where: str) -> None:
             waited,
         )
     step.record_timeline()
-    with _lock:
+    with _lock:  # the record is either held already, or finds these metrics ready when it is logged
+        held = _held.pop(deferred.global_step, None)
+        if held is None:
+            _ready[deferred.global_step] = metrics
         if _current is deferred:
             _current = None
     for clear in deferred.postponed:
         clear()
     deferred.postponed.clear()
-    held = _held.pop(deferred.global_step, None)
-    if held is None:
-        _ready[deferred.global_step] = metrics
-    else:
+    if held is not None:
         _emit(held, metrics)
 
 
 # -- the step's record for verl's tracker ------------------------------------------------------
 def log_or_hold(step: int | None, data: dict, emit: Callable[[dict], Any]) -> bool:
     """Called by the ``Tracking.log`` seam: True when it emitted or held the record itself."""
-    if step in _ready:
-        emit({**data, **_ready.pop(step)})
-        return True
-    deferred = _current
-    if deferred is not None and deferred.global_step == step and "split/critic_update_deferred" in data:
-        _held[step] = _Held(dict(data), emit, time.monotonic())
-        raise_if_failed()
+    with _lock:
+        ready = _ready.pop(step, None)
+        deferred = _current
+        hold = ready is None and deferred is not None and deferred.global_step == step
+        hold = hold and "split/critic_update_deferred" in data
+        if hold:
+            _held[step] = _Held(dict(data), emit, time.monotonic())
+    if ready is not None:
+        emit({**data, **ready})
         return True
     raise_if_failed()
-    return False
+    return hold
 
 
 def _emit(held: _Held, metrics: dict) -> None:
@@ -257,8 +259,10 @@ def _emit(held: _Held, metrics: dict) -> None:
 
 def flush_without_critic() -> None:
     """Log held records as they are (the run is ending on an error): the step's other metrics are not lost."""
-    for step in sorted(_held):
-        held = _held.pop(step)
+    with _lock:
+        records = sorted(_held.items())
+        _held.clear()
+    for step, held in records:
         try:
             _emit(held, {"split/critic_metrics_missing": 1.0})
         except Exception:  # the run is failing already; say so and keep the first error
@@ -330,8 +334,8 @@ def reset() -> None:
     global _current
     with _lock:
         _current = None
-    _held.clear()
-    _ready.clear()
+        _held.clear()
+        _ready.clear()
 
 
 # -- wrappers for the seams (seams/deferred_critic_*.py) ----------------------------------------
