@@ -151,7 +151,10 @@ print(json.dumps({"fp": fp, "applied": activation.applied_patches(), "pending": 
     assert result["pending"] == []
     assert sorted(result["applied"]) == sorted(s.name for s in activation.seams_for(frozenset({"split"})))
     changed = {k for k in stock if result["fp"].get(k) != stock[k]}
-    assert changed == PATCHED[FAMILY], "VERL_SPLIT=1 changed other functions than the seams declare"
+    expected = PATCHED[FAMILY]
+    if compat.installed_version() == "0.7.0":  # scores a reward model inside fit: no _compute_reward_colocate
+        expected = expected - {_RAY_TRAINER + "_compute_reward_colocate"}
+    assert changed == expected, "VERL_SPLIT=1 changed other functions than the seams declare"
     assert set(result["fp"]) == set(stock), "VERL_SPLIT=1 added or removed names in verl's modules"
 
 

@@ -12,7 +12,10 @@ Each seam in ``activation.SEAMS`` declares ``needs``: the verl names it wraps or
 * ``(params)``: parameters the function (a class: its ``__init__``) must have, by name; ``name@i`` also
   pins its position among the arguments a caller passes (``self`` not counted), for a wrapper that reads
   it positionally (``get_argument(args, kwargs, i, name)``).
-* A seam's target module and every module a need names must resolve.
+* A leading ``?`` makes the need optional: checked only where verl has the name (a method a newer release
+  added).
+* A seam's target module and every module a need names must resolve. Targets outside verl (a package verl
+  uses, ``transfer_queue``) are read from ``sys.path``.
 
 The checks read verl's *source* with ``ast``; nothing of verl is imported. Activation runs in every process
 of a run and the launching process must stay fast (``verl_split/_bootstrap.py``), and importing verl's
@@ -40,6 +43,7 @@ from typing import Any
 from verl_split import compat
 
 logger = logging.getLogger("verl_split")
+
 # ------------------------------------------------------------------------------------------ the features
 
 

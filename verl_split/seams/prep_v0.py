@@ -19,7 +19,10 @@ def patch(module: ModuleType) -> None:
     _wrapping.wrap(module.RayPPOTrainer, "_compute_old_log_prob", actor_compute)
     _wrapping.wrap(module.RayPPOTrainer, "_compute_ref_log_prob", actor_compute)
     _wrapping.wrap(module.RayPPOTrainer, "_compute_values", prep_overlap.make_values_wrapper(adapter))
-    _wrapping.wrap(module.RayPPOTrainer, "_compute_reward_colocate", prep_overlap.make_reward_wrapper(adapter))
+    # A reward model colocated in the step: verl 0.7.1+ (0.7.0 scores it inside fit, ray_trainer.py; there the
+    # preparation starts at old_log_prob's entry, as with no reward model).
+    if "_compute_reward_colocate" in vars(module.RayPPOTrainer):
+        _wrapping.wrap(module.RayPPOTrainer, "_compute_reward_colocate", prep_overlap.make_reward_wrapper(adapter))
 
 
 def unpatch(module: ModuleType) -> None:
