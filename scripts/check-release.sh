@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 [[ $# -ge 1 ]] || { echo "usage: $0 X.Y.Z [X.Y.Z ...]" >&2; exit 2; }
 out=${RELEASE_CHECK_OUT:-.venvs/release-checks}
 passed=0 failed=0 summary=()
+had_pythonpath=${PYTHONPATH+set} pythonpath=${PYTHONPATH-}
 for release in "$@"; do
     echo "=== verl $release"
     start=$SECONDS
@@ -38,10 +39,10 @@ PY
             false
         fi
         result=$?
-        unset PYTHONPATH
     else
         result=1
     fi
+    if [[ -n $had_pythonpath ]]; then export PYTHONPATH=$pythonpath; else unset PYTHONPATH; fi
     took=$((SECONDS - start))
     if [[ $result -eq 0 ]]; then
         passed=$((passed + 1)) summary+=("verl $release: passed in ${took} s (install, preflight, 2-step split dry run)")
