@@ -80,11 +80,36 @@ def test_verl_config_with_hydra_overrides():
         "--json",
         "trainer.nnodes=2",
         "trainer.n_gpus_per_node=8",
-        '+split_placement.placement="actor,rollout,ref:0-5,8-9;critic:6-7,10-15"',
+        '+split_placement.placement="actor,rollout,ref:0-3,8-11;critic:4-7,12-15"',
         env={"VERL_SPLIT_PLACEMENT": "all"},  # the config wins over the environment
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["resource_pool_spec"] == {"actor_rollout_ref_pool": [6, 2], "critic_pool": [2, 6]}
+    assert json.loads(proc.stdout)["resource_pool_spec"] == {"actor_rollout_ref_pool": [4, 4], "critic_pool": [4, 4]}
+
+
+def test_a_pool_with_different_counts_per_node_is_refused_with_the_reason():
+    proc = plan(
+        "trainer.nnodes=2", "trainer.n_gpus_per_node=8", '+split_placement.placement="actor:0-5,8-9;critic:6-7,10-15"'
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "actor_rollout_ref_pool would have 6 GPUs on node 0 and 2 on node 1" in proc.stderr
+    assert "RayWorkerGroup._init_with_resource_pool, verl/single_controller/ray/base.py:564" in proc.stderr
+    # The nearest ratio that plans with this job's batch (verl's defaults: 1024 prompts, mini-batch 256).
+    assert proc.stderr.rstrip().endswith("Give the pool the same number of GPUs on every node it uses, e.g. 4:4.")
+
+
+def test_the_batch_is_checked_with_another_familys_rules():
+    base = [
+        "trainer.n_gpus_per_node=8",
+        "+split_placement.placement=6:2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    ]
+    fits_v1 = ["actor_rollout_ref.actor.ppo_mini_batch_size=240"]  # v1 pads the 1024 rows; 0.8 does not
+    assert plan(*base, *fits_v1).returncode == 0
+    proc = plan("--verl", "0.8", *base, *fits_v1)
+    assert proc.returncode == 2 and "(verl 0.8, RayPPOTrainer, engine workers)" in proc.stderr
+    assert "1024 rows do not split over its 6 data-parallel ranks" in proc.stderr
+    assert "verl/trainer/ppo/ray_trainer.py:1201 (_balance_batch, equal_size=True)" in proc.stderr
 
 
 def test_verl_config_grpo_checks_rollout_tp_and_critic():

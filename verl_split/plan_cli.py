@@ -51,6 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "split_placement.shared_rollout, else VERL_SPLIT_SHARED_ROLLOUT, else off).",
     )
     parser.add_argument(
+        "--gpu-memory-gb",
+        type=float,
+        help="With --shared-rollout: the memory of one GPU (GiB), to check the critic pool's estimate against.",
+    )
+    parser.add_argument(
+        "--critic-params",
+        type=_params,
+        help="With --shared-rollout: the critic's parameters (7B, 1.5e9), else read from critic.model.path.",
+    )
+    parser.add_argument(
         "--verl",
         choices=("0.7", "0.8", "0.9"),
         help="Check the job's batch with this verl family's rules (default: the installed verl's).",
@@ -114,7 +124,25 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
         # Without a config: verl's defaults (v1 sync trainer, no LoRA); the release is checked still.
         planner.check_shared_rollout_run({} if config is None else config)
     cluster = planner.Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
-    return planner.plan_placement(chosen, cluster, requirements, shared_rollout=shared)
+    plan = planner.plan_placement(chosen, cluster, requirements, shared_rollout=shared)
+    if shared:
+        from verl_split.placement.verl_config import with_memory_estimate
+
+        plan = with_memory_estimate(plan, {} if config is None else config, args.gpu_memory_gb, args.critic_params)
+    return plan
+
+
+def _params(text: str) -> float:
+    """``7B``, ``350M``, ``1.5e9`` -> parameters."""
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(text.strip()[-1:].upper(), 1.0)
+    number = text.strip()[:-1] if scale != 1.0 else text.strip()
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a parameter count such as 7B, 350M or 1.5e9") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a parameter count is above 0")
+    return value
 
 
 def compose_config(config_name: str, config_path: str | None, overrides: list[str]) -> Any:

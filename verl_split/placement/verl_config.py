@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from verl_split.errors import PlacementError, SettingsError
+from verl_split.placement import memory
 from verl_split.placement.model import DEFAULT_READY_TIMEOUT_S, Cluster, ParallelSize, Placement, Plan, Requirements
 from verl_split.placement.parse import DEFAULT_PLACEMENT, parse_placement
 from verl_split.placement.planner import plan_placement
@@ -265,11 +266,18 @@ def check_shared_rollout_run(config: Any) -> None:
         )
 
 
-def plan_from_config(config: Any, env_value: str | None = None, shared_rollout: bool | None = None) -> Plan:
+def plan_from_config(
+    config: Any,
+    env_value: str | None = None,
+    shared_rollout: bool | None = None,
+    gpu_gb: float | None = None,
+) -> Plan:
     """Plan the run of a verl config.
 
     ``env_value`` is VERL_SPLIT_PLACEMENT and ``shared_rollout`` VERL_SPLIT_SHARED_ROLLOUT (the
-    frozen settings' when None); the config's ``split_placement`` keys win over both.
+    frozen settings' when None); the config's ``split_placement`` keys win over both. With shared
+    rollout the critic pool's memory is estimated (``placement.memory``) against ``gpu_gb``, else the
+    GPUs ``nvidia-smi`` shows on this node, and refused when it cannot fit.
     """
     if env_value is None:
         from verl_split import settings
@@ -284,4 +292,17 @@ def plan_from_config(config: Any, env_value: str | None = None, shared_rollout: 
         requirements_from_config(config),
         shared_rollout=shared,
     )
-    return dataclasses.replace(plan, ready_timeout_s=ready_timeout_from_config(config))
+    plan = dataclasses.replace(plan, ready_timeout_s=ready_timeout_from_config(config))
+    if shared:
+        plan = with_memory_estimate(plan, config, gpu_gb if gpu_gb is not None else memory.detect_gpu_gb(), None)
+    return plan
+
+
+def with_memory_estimate(plan: Plan, config: Any, gpu_gb: float | None, critic_params: float | None) -> Plan:
+    """Refuse a shared-rollout plan whose critic-pool GPUs cannot hold it; else note the estimate."""
+    critic = plan.pool_of("critic")
+    if critic is None:
+        return plan
+    found = memory.estimate(config, critic.size, gpu_gb, critic_params)
+    memory.check(found, f"{plan.source}={plan.placement!r}")
+    return dataclasses.replace(plan, notes=(*plan.notes, found.describe()))
