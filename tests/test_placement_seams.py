@@ -21,6 +21,8 @@ only_legacy = pytest.mark.skipif(
 
 SETUP = """
 import json
+# Batch sizes 6 + 2 GPUs per node split evenly (the planner checks the job's batch per pool).
+FITS_6_2 = ["data.train_batch_size=1152", "actor_rollout_ref.actor.ppo_mini_batch_size=384"]
 from verl_split.plan_cli import compose_config
 def cfg(*overrides):
     return compose_config("ppo_trainer", None, ["trainer.nnodes=2", "trainer.n_gpus_per_node=8", *overrides])
@@ -85,7 +87,7 @@ V0 = (
     + """
 import verl.trainer.main_ppo_v0 as v0
 from verl_split import activation
-config = cfg("+split_placement.placement=6:2", "reward.reward_model.enable=true")
+config = cfg("+split_placement.placement=6:2", "reward.reward_model.enable=true", *FITS_6_2)
 runner = v0.BaseTaskRunner()
 runner.add_actor_rollout_worker(config)
 runner.add_critic_worker(config)
@@ -133,7 +135,7 @@ def build(config):
     out = describe(trainer.resource_pool_manager)
     out["same_dict"] = trainer.resource_pool_manager.mapping is runner.mapping
     return out
-out = {"split": build(cfg("+split_placement.placement=6:2", "reward.reward_model.enable=true"))}
+out = {"split": build(cfg("+split_placement.placement=6:2", "reward.reward_model.enable=true", *FITS_6_2))}
 activation.deactivate()
 out["after_unpatch"] = build(cfg())["type"]
 print(json.dumps(out))
@@ -213,3 +215,76 @@ def test_bad_placement_stops_the_launch_before_ray_starts():
     assert "verl-split: split placement: split_placement.placement: 'rollout' is in group" in proc.stderr
     assert "ray started: False" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- refused on a real run's launch path
+
+#: The recipe's batch, whose mini-batch of 256 six GPUs cannot split.
+RECIPE_BATCH = [
+    "trainer.n_gpus_per_node=8",
+    "data.train_batch_size=1024",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=256",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (
+            [*RECIPE_BATCH, "+split_placement.placement=6:2"],
+            "split_placement.placement='6:2': the pools cannot run this job's batch",
+        ),
+        (
+            [
+                "trainer.nnodes=2",
+                "trainer.n_gpus_per_node=8",
+                '+split_placement.placement="actor:0-5,8-9;critic:6-7,10-15"',
+            ],
+            "split_placement.placement='actor:0-5,8-9;critic:6-7,10-15': "
+            "actor_rollout_ref_pool would have 6 GPUs on node 0",
+        ),
+    ],
+    ids=["batch", "uneven-per-node"],
+)
+def test_main_ppo_stops_before_ray_starts(tmp_path, overrides, said):
+    """`python -m verl.trainer.main_ppo` itself: the launching process stops before ray.init, so no placement
+    group can exist; without verl-split the same command goes on past this point (it is stock)."""
+    import subprocess
+    import sys
+
+    from pyrun import clean_env
+
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, f"hydra.run.dir={tmp_path}"]
+    proc = subprocess.run(command, env=clean_env({"VERL_SPLIT": "1"}), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"verl-split: split placement: {said}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "Started a local Ray instance" not in proc.stdout + proc.stderr
+
+
+@only_09
+def test_the_trainers_planner_refuses_before_any_pool_exists():
+    """The TaskRunner's seam (v1 `_init_resource_pool_mgr`) raises before the pool manager exists: the
+    same refusal reaches a run whose launching process was not checked (a TaskRunner started elsewhere)."""
+    code = (
+        V1.split("out = {}")[0]
+        + """
+import ray
+from verl_split.errors import PlacementError
+trainer = Trainer.__new__(Trainer)
+trainer.config = compose_config("ppo_trainer", None, %r)
+try:
+    trainer._init_resource_pool_mgr()
+    print(json.dumps({"raised": None}))
+except PlacementError as exc:
+    print(json.dumps({"raised": str(exc), "ray": ray.is_initialized(),
+                      "manager": type(getattr(trainer, "resource_pool_manager", None)).__name__}))
+"""
+        % [*RECIPE_BATCH, "+split_placement.placement=6:2"]
+    )
+    out = run_json(code, {"VERL_SPLIT": "1"})
+    assert out["raised"] and "the pools cannot run this job's batch" in out["raised"]
+    assert out["ray"] is False and out["manager"] != "SplitResourcePoolManager"
