@@ -126,7 +126,7 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
     cluster = planner.Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
     plan = planner.plan_placement(chosen, cluster, requirements, shared_rollout=shared)
     if shared:
-        from verl_split.placement.verl_config import with_memory_estimate
+        from verl_split.placement.memory import with_memory_estimate
 
         plan = with_memory_estimate(plan, {} if config is None else config, args.gpu_memory_gb, args.critic_params)
     return plan

@@ -44,7 +44,8 @@ Shared rollout (``split_placement.shared_rollout`` or ``VERL_SPLIT_SHARED_ROLLOU
 rollout replicas on the critic's pool too, beside the actor's hybrid ones (``Plan.rollout_pools``).
 Checked before Ray starts: the critic has a pool of its own, holding whole replicas on every node
 it touches and room for one more worker group per GPU (``plan_placement``); the run is on verl 0.9's
-v1 trainer in sync mode, with LoRA merged (``check_shared_rollout_run``).
+v1 trainer in sync mode, with LoRA merged (``check_shared_rollout_run``); a critic-pool GPU has room for vLLM's
+share, the critic's training state and the push's buffers (``memory``, the formula in its docstring).
 """
 
 from verl_split.placement.batch_config import batch_from_config

@@ -27,6 +27,7 @@ must stay within ``M``. The critic's parameter count ``P_c`` comes from its Hugg
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_split.errors import PlacementError
+from verl_split.placement.model import Plan
 
 GIB = 1024**3
 #: CUDA context and NCCL of one process on a GPU, a round allowance.
@@ -213,3 +215,13 @@ def _read_hf_config(path: Any) -> dict[str, Any] | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+def with_memory_estimate(plan: Plan, config: Any, gpu_gb: float | None, critic_params: float | None) -> Plan:
+    """Refuse a shared-rollout plan whose critic-pool GPUs cannot hold it; else note the estimate."""
+    critic = plan.pool_of("critic")
+    if critic is None:
+        return plan
+    found = estimate(config, critic.size, gpu_gb, critic_params)
+    check(found, f"{plan.source}={plan.placement!r}")
+    return dataclasses.replace(plan, notes=(*plan.notes, found.describe()))

@@ -9,6 +9,7 @@ from typing import Any
 
 from verl_split.errors import PlacementError
 from verl_split.placement.batch import batch_message, batch_problems
+from verl_split.placement.checks import check_parallel_sizes, check_same_count_per_node
 from verl_split.placement.model import (
     ACTOR_POOL,
     ACTOR_SIDE,
@@ -77,8 +78,8 @@ def plan_placement(
         notes=tuple(notes),
         shared_rollout=shared_rollout,
     )
-    _check_parallel_sizes(plan, req)
-    _check_same_count_per_node(plan, placement, req, shared_rollout, suggest)
+    check_parallel_sizes(plan, req)
+    check_same_count_per_node(plan, lambda: _layouts_that_fit(placement, plan, req, shared_rollout) if suggest else [])
     if shared_rollout:
         check_shared_rollout(plan, req)
     found = batch_problems(plan, req.batch)
@@ -87,39 +88,6 @@ def plan_placement(
         layouts = _layouts_that_fit(placement, plan, req, shared_rollout) if suggest else []
         raise PlacementError(batch_message(plan, req.batch, found, layouts))
     return plan
-
-
-def _check_same_count_per_node(
-    plan: Plan, placement: Placement, req: Requirements, shared_rollout: bool, suggest: bool
-) -> None:
-    """A pool must have the same number of GPUs on every node it uses.
-
-    verl builds a pool's workers node by node with the *first* node's count for every node
-    (``RayWorkerGroup._init_with_resource_pool``, ``verl/single_controller/ray/base.py:538-577`` in
-    0.9.1, ``local_world_size = resource_pool.store[0]`` at :564; the same in 0.7.1 :557 and 0.8.0
-    :562): ``[6, 2]`` fails its ``local_world_size <= pg.bundle_count`` assertion, ``[2, 6]`` starts
-    4 of 8 workers with ``WORLD_SIZE=8``, which wait forever for the other four.
-    """
-    for pool in plan.pools:
-        counts = pool.process_on_nodes
-        if len(set(counts)) <= 1:
-            continue
-        parts = [f"{count} on node {node}" for node, count in pool.per_node.items()]
-        per_node = parts[0].replace(" on", " GPUs on", 1) + "".join(f", {p}" for p in parts[1:-1]) + f" and {parts[-1]}"
-        started = min(counts[0], min(counts)) * len(counts)
-        layouts = _layouts_that_fit(placement, plan, req, shared_rollout) if suggest else []
-        hint = f", e.g. {' or '.join(layouts)}" if layouts else ""
-        raise PlacementError(
-            f"{plan.source}={plan.placement!r}: {pool.name} would have {per_node}. verl starts a pool's "
-            f"workers node by node with the first node's count for every node (RayWorkerGroup."
-            f"_init_with_resource_pool, verl/single_controller/ray/base.py:564 in 0.9.1): with {counts} it "
-            + (
-                f"fails an assertion ({counts[0]} workers on a node with {min(counts)} GPUs)"
-                if counts[0] > min(counts)
-                else f"starts {started} of {pool.size} workers, which wait forever for the others"
-            )
-            + f". Give the pool the same number of GPUs on every node it uses{hint}."
-        )
 
 
 def _layouts_that_fit(placement: Placement, plan: Plan, req: Requirements, shared_rollout: bool) -> list[str]:
@@ -309,26 +277,3 @@ def _name_pools(groups: list[tuple[tuple[str, ...], tuple[int, ...], str]], clus
     # The actor's pool first: verl creates pools in spec order, and the picture reads better.
     pools.sort(key=lambda p: 0 if "actor" in p.roles else 1)
     return tuple(pools)
-
-
-def _check_parallel_sizes(plan: Plan, req: Requirements) -> None:
-    for need in req.parallel:
-        if need.size <= 1:
-            continue
-        pool = plan.pool_of(need.role)
-        if pool is None:
-            continue
-        if pool.size % need.size:
-            raise PlacementError(
-                f"{plan.source}={plan.placement!r}: {pool.name} has {pool.size} GPUs, which is not divisible by "
-                f"{need.key}={need.size} ({need.role}). Give the pool a multiple of {need.size} GPUs, or lower "
-                f"{need.key.split(' ')[0]}."
-            )
-        if need.within_node and need.size <= max(pool.process_on_nodes):
-            for node, count in pool.per_node.items():
-                if count % need.size:
-                    raise PlacementError(
-                        f"{plan.source}={plan.placement!r}: {pool.name} has {count} GPUs on node {node}, so a "
-                        f"{need.role} replica of {need.key}={need.size} GPUs would straddle nodes. Give the pool "
-                        f"a multiple of {need.size} GPUs on every node it uses."
-                    )

@@ -294,15 +294,5 @@ def plan_from_config(
     )
     plan = dataclasses.replace(plan, ready_timeout_s=ready_timeout_from_config(config))
     if shared:
-        plan = with_memory_estimate(plan, config, gpu_gb if gpu_gb is not None else memory.detect_gpu_gb(), None)
+        plan = memory.with_memory_estimate(plan, config, gpu_gb if gpu_gb is not None else memory.detect_gpu_gb(), None)
     return plan
-
-
-def with_memory_estimate(plan: Plan, config: Any, gpu_gb: float | None, critic_params: float | None) -> Plan:
-    """Refuse a shared-rollout plan whose critic-pool GPUs cannot hold it; else note the estimate."""
-    critic = plan.pool_of("critic")
-    if critic is None:
-        return plan
-    found = memory.estimate(config, critic.size, gpu_gb, critic_params)
-    memory.check(found, f"{plan.source}={plan.placement!r}")
-    return dataclasses.replace(plan, notes=(*plan.notes, found.describe()))
