@@ -9,8 +9,11 @@ installed verl's config, and planned with the batch rules of verl 0.7 (legacy an
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
+import tempfile
+from pathlib import Path
 
 import pytest
 from test_examples import EXAMPLE, compose_split, script_arguments
@@ -21,13 +24,21 @@ from verl_split.errors import PlacementError
 pytestmark = pytest.mark.unit
 
 SCRIPT = EXAMPLE / "run_deepseek7b_llm.sh"
+
+
+def _set(key: str, value: str) -> str:
+    """``key=value``, with hydra's ``+`` when the installed verl's config lacks the key (another family's)."""
+    present = planner.select_key(compose_split([]), key) is not None
+    return f"{'' if present else '+'}{key}={value}"
+
+
 #: (family, extra overrides): every trainer path whose batch rules differ.
 RULES = [
     ("0.9", []),
-    ("0.9", ["trainer.use_v1=false"]),
+    ("0.9", [_set("trainer.use_v1", "false")]),
     ("0.8", []),
     ("0.7", []),
-    ("0.7", ["+trainer.use_legacy_worker_impl=disable"]),  # a 0.7 key, new to the installed config
+    ("0.7", [_set("trainer.use_legacy_worker_impl", "disable")]),
 ]
 RULE_IDS = ["0.9-v1", "0.9-v0", "0.8", "0.7-legacy", "0.7-engine"]
 
@@ -45,6 +56,13 @@ def advertised() -> list[tuple[dict[str, str], list[str]]]:
     return lines
 
 
+@functools.cache
+def recipe_overrides(env: tuple[tuple[str, str], ...], args: tuple[str, ...]) -> tuple[str, ...]:
+    """The overrides the recipe hands main_ppo_split.py for these arguments (the script run once per line)."""
+    home = Path(tempfile.mkdtemp(prefix="recipe-"))
+    return tuple(script_arguments(SCRIPT, home, *args, env=dict(env))[1:])
+
+
 def test_the_header_advertises_layouts():
     layouts = advertised()
     assert len(layouts) >= 4, layouts
@@ -53,10 +71,9 @@ def test_the_header_advertises_layouts():
 
 @pytest.mark.parametrize(("family", "extra"), RULES, ids=RULE_IDS)
 @pytest.mark.parametrize(("env", "args"), advertised(), ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
-def test_every_advertised_layout_plans_with_the_recipes_settings(tmp_path, monkeypatch, env, args, family, extra):
+def test_every_advertised_layout_plans_with_the_recipes_settings(monkeypatch, env, args, family, extra):
     monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
-    argv = script_arguments(SCRIPT, tmp_path, *args, env=env)
-    config = compose_split([*argv[1:], *extra])
+    config = compose_split([*recipe_overrides(tuple(sorted(env.items())), tuple(args)), *extra])
     req = planner.requirements_from_config(config, family=family)
     assert req.batch is not None and req.batch.family == family
     plan = planner.plan_placement(planner.placement_from_config(config, ""), planner.cluster_from_config(config), req)
@@ -72,10 +89,9 @@ def test_every_advertised_layout_plans_with_the_recipes_settings(tmp_path, monke
     ],
     ids=["6:2", "3:5"],
 )
-def test_the_old_advertised_layouts_are_refused_with_the_recipes_batch(tmp_path, monkeypatch, layout, family, extra):
+def test_the_old_advertised_layouts_are_refused_with_the_recipes_batch(monkeypatch, layout, family, extra):
     monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
-    argv = script_arguments(SCRIPT, tmp_path, *layout)
-    config = compose_split([*argv[1:], *extra])
+    config = compose_split([*recipe_overrides((), tuple(layout)), *extra])
     with pytest.raises(PlacementError) as exc:
         planner.plan_placement(
             planner.placement_from_config(config, ""),
