@@ -41,6 +41,8 @@ RULES = [
     ("0.7", [_set("trainer.use_legacy_worker_impl", "disable")]),
 ]
 RULE_IDS = ["0.9-v1", "0.9-v0", "0.8", "0.7-legacy", "0.7-engine"]
+#: What the header advertises for 6:2 (one or two nodes).
+FITS_6_2 = ("data.train_batch_size=1152", "actor_rollout_ref.actor.ppo_mini_batch_size=384")
 
 
 def advertised() -> list[tuple[dict[str, str], list[str]]]:
@@ -116,9 +118,31 @@ def test_the_recipes_6_2_through_verl_split_plan(tmp_path, monkeypatch, capsys):
     assert "--placement='6:2': the pools cannot run this job's batch (verl 0.9, v1 trainer)" in err
     assert "actor (actor_rollout_ref_pool, 6 GPUs, data-parallel size 6)" in err
     assert "ppo_mini_batch_size=256 x actor_rollout_ref.rollout.n=1 = 256 samples" in err
-    assert "(256 % 6 = 4); verl asserts it at verl/workers/engine_workers.py:267" in err
+    assert "(256 % 6 = 4); verl asserts it in the first step, after a whole generation, at " in err
+    assert "verl/workers/engine_workers.py:267 (TrainingWorker.train_mini_batch)" in err
     assert "Fits on these pools: actor_rollout_ref.actor.ppo_mini_batch_size=240 or 288." in err
     assert "Or a layout whose pools fit this batch: 4:4." in err
     # The fix the header advertises plans, through the same command.
     fixed = ["data.train_batch_size=1152", "actor_rollout_ref.actor.ppo_mini_batch_size=384"]
     assert cli.main([*command, "--placement", "6:2", *argv[1:], *fixed]) == 0
+
+
+def test_legacy_workers_assert_when_they_start():
+    """0.7's legacy workers check a rank's mini-batch against its micro-batches in their constructors."""
+    config = compose_split(
+        [*recipe_overrides((), ("split_placement.placement=6:2", *FITS_6_2)), "critic.ppo_micro_batch_size_per_gpu=7"]
+    )
+    with pytest.raises(PlacementError) as exc:
+        planner.plan_placement(
+            planner.placement_from_config(config, ""),
+            planner.cluster_from_config(config),
+            planner.requirements_from_config(config, family="0.7"),
+        )
+    message = str(exc.value)
+    assert "(verl 0.7, RayPPOTrainer, legacy workers)" in message
+    assert "critic (critic_pool, 2 GPUs, data-parallel size 2): its 192 samples of a mini-batch per rank" in message
+    assert (
+        "whole micro-batches of critic.ppo_micro_batch_size_per_gpu=7; verl asserts it when its workers start"
+        in message
+    )
+    assert "verl/workers/fsdp_workers.py:1338-1358 (CriticWorker.__init__)" in message

@@ -72,7 +72,7 @@ def batch_message(plan: Plan, batch: BatchConfig, found: Sequence[Problem], layo
     dp = data_parallel_sizes(plan, batch)
     lines = [
         f"{plan.source}={plan.placement!r}: the pools cannot run this job's batch ({batch.describe()}); verl would "
-        "stop with an AssertionError in the middle of the first step, after a whole generation:"
+        "stop on an AssertionError after Ray has started:"
     ]
     for problem in found:
         pool = plan.pool_of(problem.role)
@@ -90,7 +90,7 @@ def batch_message(plan: Plan, batch: BatchConfig, found: Sequence[Problem], layo
         fix = f" Fits on these pools: {', or '.join(fixes)}." if fixes else ""
         lines.append(
             f"  - {problem.role} ({where}, data-parallel size {dp.get(problem.role, '?')}): {problem.text}; "
-            f"verl asserts it at {problem.cite}.{fix}"
+            f"verl asserts it {problem.when}, at {problem.cite}.{fix}"
         )
     if layouts:
         lines.append(f"Or a layout whose pools fit this batch: {' or '.join(layouts)}.")

@@ -94,6 +94,10 @@ CITES: dict[str, dict[str, str]] = {
 }
 
 
+#: When 0.7's legacy workers assert their batch sizes: in their constructors.
+WORKERS_START = "when its workers start"
+
+
 @dataclass(frozen=True)
 class Problem:
     """One rule a pool breaks: who, what (with the numbers), where verl asserts it, what to change."""
@@ -102,6 +106,8 @@ class Problem:
     text: str
     cite: str
     keys: tuple[str, ...]
+    #: When verl stops on it: most rules in the first step, after a whole generation.
+    when: str = "in the first step, after a whole generation"
 
 
 def problems(batch: BatchConfig, dp: dict[str, int]) -> list[Problem]:
@@ -236,6 +242,7 @@ def _legacy(batch: BatchConfig, dp: dict[str, int]) -> list[Problem]:
                     "data-parallel ranks 0 samples",
                     where,
                     (key,),
+                    WORKERS_START,
                 )
             )
             continue
@@ -254,6 +261,7 @@ def _legacy(batch: BatchConfig, dp: dict[str, int]) -> list[Problem]:
                     f"// {dp[role]}) are not whole micro-batches of {micro_text}",
                     where,
                     (key, global_key if global_micro is not None else micro_key),
+                    WORKERS_START,
                 )
             )
     for role, key, where in (
