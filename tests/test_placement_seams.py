@@ -288,3 +288,42 @@ except PlacementError as exc:
     out = run_json(code, {"VERL_SPLIT": "1"})
     assert out["raised"] and "the pools cannot run this job's batch" in out["raised"]
     assert out["ray"] is False and out["manager"] != "SplitResourcePoolManager"
+
+
+@only_09
+def test_shared_rollout_that_cannot_fit_stops_main_ppo_before_ray_starts(tmp_path):
+    """The memory estimate on the launch path: the GPU's size from `nvidia-smi` (a stand-in here printing
+    16 GiB), the critic's size from its config.json (deepseek-llm-7b's shape)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pyrun import clean_env
+
+    model = tmp_path / "model"
+    model.mkdir()
+    shape = {"hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 30}
+    (model / "config.json").write_text(json.dumps({**shape, "vocab_size": 102400}))
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 16384\n")
+    smi.chmod(0o755)
+    overrides = [
+        "trainer.n_gpus_per_node=8",
+        f"critic.model.path={model}",
+        "+split_placement.shared_rollout=true",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    env = clean_env({"VERL_SPLIT": "1", "PATH": f"{smi.parent}{os.pathsep}{os.environ['PATH']}"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "verl-split: split placement: default placement='halves': shared rollout does not fit" in proc.stderr
+    assert "vLLM 0.5 x 16 GiB = 8.0 GiB + critic 6.49B params / 4 shards" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Started a local Ray instance" not in proc.stdout + proc.stderr
