@@ -23,7 +23,8 @@ Engine workers (0.8, 0.9, and 0.7 with ``trainer.use_legacy_worker_impl=disable`
   only the token budgets, 0.9 ``trainer_base.py:268-269``, ``ray_trainer.py:809-810``), so its
   micro-batch sizes set no rule.
 * Rows: the v1 trainer (0.9, ``trainer.use_v1=true``) pads the batch to a multiple of
-  ``lcm(actor dp, critic mini-batch, actor mini-batch)`` (``trainer_base.py:1589-1606,1620``). The
+  ``lcm(actor dp, critic mini-batch, actor mini-batch)`` (``trainer_base.py:1589-1606,1620``), and its
+  dispatch splits a batch unevenly where it must (TransferQueue's ``KVBatchMeta.chunk``). The
   ``RayPPOTrainer`` (0.7, 0.8, 0.9 with ``use_v1=false``) does not: its ``_balance_batch`` splits
   ``train_batch_size x rollout.n`` rows into equal parts per actor rank (``ray_trainer.py`` 0.9:1235,
   0.8:1201, 0.7:1071), and every dispatch asserts an even split per rank (``chunk_tensordict``,
