@@ -33,7 +33,9 @@ print(f"preflight: {', '.join(f['label'] for f in report['preflight'].values())}
 PY
         then
             step="2-step dry run"
-            VERL_SPLIT=1 "$RELEASE_BIN/verl-split" demo --steps 2 --out "$dir/demo" --assets "$out/assets" \
+            # The tiny assets per environment: a tokenizer saved by transformers 5 does not load in 4.
+            VERL_SPLIT=1 "$RELEASE_BIN/verl-split" demo --steps 2 --out "$dir/demo" \
+                --assets "$out/assets-$(basename "$(dirname "$RELEASE_BIN")")" \
                 >"$dir/demo.log" 2>&1 || false
         else
             false

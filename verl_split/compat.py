@@ -44,6 +44,9 @@ LEGACY_WORKERS = SpecifierSet("<0.8")
 #: load balancer at run time (``workers/rollout/router.py`` ``add_servers``) and its checkpoint-engine
 #: registry. 0.7.1's balancer has no ``add_servers``; 0.8 has both but the runtime is not built for it.
 SHARED_ROLLOUT = SpecifierSet(">=0.9")
+#: verl 0.7.1 gathered the reward settings under ``reward`` (``reward.custom_reward_function``,
+#: ``reward.num_workers``); 0.7.0 keeps ``custom_reward_function`` at the top and ``reward_model.num_workers``.
+REWARD_SECTION = SpecifierSet(">=0.7.1")
 ANY = SpecifierSet("")
 
 
