@@ -113,6 +113,7 @@ def test_the_recipes_6_2_through_verl_split_plan(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
     argv = script_arguments(SCRIPT, tmp_path)
     command = ["plan", "--config-path", str(EXAMPLE / "config"), "--config-name", "ppo_trainer_split"]
+    command += ["--verl", "0.9"]  # the issue's case: verl 0.9's v1 trainer, whatever verl is installed
     assert cli.main([*command, "--placement", "6:2", *argv[1:]]) == 2
     err = capsys.readouterr().err
     assert "--placement='6:2': the pools cannot run this job's batch (verl 0.9, v1 trainer)" in err

@@ -105,7 +105,7 @@ def test_the_batch_is_checked_with_another_familys_rules():
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     ]
     fits_v1 = ["actor_rollout_ref.actor.ppo_mini_batch_size=240"]  # v1 pads the 1024 rows; 0.8 does not
-    assert plan(*base, *fits_v1).returncode == 0
+    assert plan("--verl", "0.9", *base, *fits_v1).returncode == 0
     proc = plan("--verl", "0.8", *base, *fits_v1)
     assert proc.returncode == 2 and "(verl 0.8, RayPPOTrainer, engine workers)" in proc.stderr
     assert "1024 rows do not split over its 6 data-parallel ranks" in proc.stderr
