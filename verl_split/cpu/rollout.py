@@ -258,6 +258,12 @@ class CPURolloutReplica(RolloutReplica):
     def rollout_worker_use_gpu(self) -> bool:
         return False
 
+    def get_ray_class_with_init_args(self):
+        # verl 0.7.0 declares it abstract (verl/workers/rollout/replica.py:179), so a replica class must name it;
+        # 0.7.1+ builds verl's CheckpointEngineWorker there (replica.py:211), which shared rollout's colocated
+        # replicas use. Only colocated and standalone replicas call it: the CPU dry run on 0.7 is hybrid.
+        return super().get_ray_class_with_init_args()
+
 
 class CPURolloutAdapter(BaseRollout):
     """Worker-side rollout inside verl's hybrid actor worker.
