@@ -29,13 +29,17 @@ repetitions. Run from the repository root on an otherwise idle machine (``make``
     .venv/bin/python benchmarks/whole_step.py --json benchmarks/whole_step.json
 
 The job is made heavy enough that fixed costs do not dominate (``--batch 128`` prompts, 16-token
-answers, one PPO epoch, micro-batches of ``--critic-tokens`` tokens: verl's dynamic batch size on both
-sides, which is the only micro-batch setting verl's v1 trainer gives the critic). The tiny model computes
-little per token, so most of each phase is verl's per-micro-batch work (Python, FSDP, autograd), one
-thread per worker. Calibration runs (split sequential, the first at equal settings) measure how much more
-the actor's side costs and move the actor's token budgets (and, if needed, epochs) along a secant until
-each phase has the target work ratio within 10 % (``--update-ratio``, ``--prep-ratio``, default 1:1;
-``--calibration-runs``, default 3). Numbers:
+answers, one PPO epoch, verl's dynamic batch size on both sides, which is the only micro-batch setting
+verl's v1 trainer gives the critic), one thread per worker. Budgets hold several sequences per
+micro-batch: near one sequence (the 64 tokens this script used before), verl's micro-batch balancing
+reruns its partitioner until every micro-batch fits (verl/utils/seqlen_balancing.py
+``rearrange_micro_batches``, the ``while True`` loop, 0.9.1), which costs superlinearly in the samples per
+rank: 637 ms for 128 samples at 64 tokens (16 runs), 19 ms for 64 (7 runs), 4 ms for 128 at 256 tokens
+(measured on this machine). A split pool has half stock's ranks, so it paid that cost several times over
+on one core: the "extra work" of split's preparation. Calibration runs (split sequential) fit each lane's
+time against its budget and move the budgets until each phase has the target work ratio within 10 %
+(``--update-ratio``, ``--prep-ratio``, default 1:1; ``--calibration-runs``, default 4; see ``calibrate``).
+Numbers:
 
 - phase table: wall time per phase (``verl_split.report.phase_times``: ``prep`` = old_log_prob + ref +
   values, ``updates`` = both updates; with split placement from verl-split's ``split/*`` walls);
@@ -102,8 +106,6 @@ LANES = {
         "critic": ("split/prep_critic_s", "timing_s/values"),
     },
 }
-#: The reference policy doubles the actor's forward passes in the preparation: the calibration's first guess.
-PREP_PRIOR = 2.0
 MAX_PROMPT = 32  # dry_run_overrides' data.max_prompt_length
 
 
@@ -180,32 +182,48 @@ def lane_means(metrics: list[dict], phase: str) -> dict[str, float]:
     return means
 
 
-def _secant(points: list[tuple[float, float]], target: float) -> float:
-    """The knob value at which the measured ratio reaches ``target``, from (knob, ratio) points on a log-log line.
+#: A lane's time against its token budget, t ~ budget^-slope, before two runs have measured the slope.
+FIRST_SLOPE = 0.7
+#: The actor's token budget for old_log_prob and ref: large, so that its two passes cost their compute and
+#: little else; the preparation is balanced on the critic's side (see calibrate).
+ACTOR_PREP_TOKENS = 2048
 
-    A token budget acts on a lane's time in steps (a micro-batch holds whole sequences), so one
-    proportional guess misses: the calibration measured 2.01:1 where it aimed at 1:1 with it."""
-    (x0, f0), (x1, f1) = points[-2], points[-1]
-    slope = (math.log(f1) - math.log(f0)) / (math.log(x1) - math.log(x0)) if x1 != x0 and f1 != f0 else 0.0
-    if slope >= 0.0:  # a larger budget must mean fewer micro-batches, a shorter lane: else scale by the ratio
-        return x1 * f1 / target
-    return math.exp(math.log(x1) + (math.log(target) - math.log(f1)) / slope)
+
+def _budget_for(points: list[tuple[int, float]], seconds: float, floor: int) -> int:
+    """The token budget at which a lane takes ``seconds``, on a log-log line through its last two (budget,
+    seconds) points (slope ``FIRST_SLOPE`` with one): larger budgets, fewer micro-batches, a shorter lane."""
+    (x1, t1) = points[-1]
+    slope = FIRST_SLOPE
+    if len(points) > 1:
+        (x0, t0) = points[-2]
+        if x0 != x1 and t0 > 0 and t1 > 0:
+            measured = -(math.log(t1) - math.log(t0)) / (math.log(x1) - math.log(x0))
+            slope = measured if measured > 0.05 else FIRST_SLOPE  # noise can flatten or flip a short step
+    return max(floor, round(x1 * (t1 / seconds) ** (1 / slope)))
 
 
 def calibrate(
-    assets, work: Workload, out: Path, update_ratio: float, prep_ratio: float, runs: int = 3
+    assets, work: Workload, out: Path, update_ratio: float, prep_ratio: float, runs: int = 4
 ) -> tuple[Workload, dict]:
-    """Split sequential runs that tune the actor's side until each phase has the target work ratio.
+    """Split sequential runs that tune the budgets until each phase has the target work ratio (within 10 %).
 
-    The first run has equal settings (the actor's preparation budget at ``PREP_PRIOR`` times the critic's, for
-    the reference's second forward pass); the next ones move the actor's token budgets along a secant through
-    the last two measurements, until both ratios are within 10 % of their targets or ``runs`` runs are done."""
-    prior = max(work.min_tokens, round(work.critic_tokens * PREP_PRIOR))
-    trial = Workload(**{**asdict(work), "actor_epochs": work.critic_epochs, "actor_prep_tokens": prior})
+    A token budget acts on a lane's time in steps and with a slope of its own (one proportional guess on it
+    measured 2.01:1 where it aimed at 1:1), so each run fits, per lane, its time against its budget through
+    the last two runs and solves for the next budgets:
+
+    - preparation: the actor's two passes (old_log_prob and ref) run with a large budget and cost about their
+      compute, a floor no budget lowers; the critic's budget (``--critic-tokens``, the first run's) is what
+      moves, so that values take ``1 / prep_ratio`` of the actor's lane;
+    - updates: the actor's update budget moves so that it takes ``update_ratio`` times the critic's update
+      at the critic's next budget (verl's v1 trainer gives the critic's update its inference budget,
+      verl/trainer/ppo/v1/trainer_base.py ``_setup``, so both critic lanes move together).
+    """
+    trial = Workload(**{**asdict(work), "actor_epochs": work.critic_epochs, "actor_prep_tokens": ACTOR_PREP_TOKENS})
     trial.actor_update_tokens = work.critic_tokens
     history: list[dict] = []
-    update_points: list[tuple[float, float]] = []
-    prep_points: list[tuple[float, float]] = []
+    actor_update: list[tuple[int, float]] = []
+    critic_update: list[tuple[int, float]] = []
+    critic_prep: list[tuple[int, float]] = []
     for attempt in range(1, runs + 1):
         metrics = run_job(assets, trial, "sequential", out / f"run{attempt}", steps=3)
         upd, prep = lane_means(metrics, "updates"), lane_means(metrics, "prep")
@@ -220,37 +238,27 @@ def calibrate(
             }
         )
         print(
-            f"calibration run {attempt}: actor:critic {k_update:.2f}:1 in the updates (actor epochs "
-            f"{trial.actor_epochs}, {trial.actor_update_tokens} tokens), {k_prep:.2f}:1 in the preparation "
-            f"({trial.actor_prep_tokens} tokens; critic {work.critic_tokens}); aiming at {update_ratio:g}:1 and "
-            f"{prep_ratio:g}:1",
+            f"calibration run {attempt}: actor:critic {k_update:.2f}:1 in the updates (actor "
+            f"{trial.actor_update_tokens} tokens, critic {trial.critic_tokens}), {k_prep:.2f}:1 in the preparation "
+            f"(actor {trial.actor_prep_tokens} tokens, critic {trial.critic_tokens}); aiming at {update_ratio:g}:1 "
+            f"and {prep_ratio:g}:1",
             file=sys.stderr,
             flush=True,
         )
-        if abs(k_update / update_ratio - 1) <= 0.1 and abs(k_prep / prep_ratio - 1) <= 0.1:
+        if (abs(k_update / update_ratio - 1) <= 0.1 and abs(k_prep / prep_ratio - 1) <= 0.1) or attempt == runs:
             break
-        if attempt == runs:
-            break
-        update_points.append((trial.actor_update_tokens / trial.actor_epochs, k_update))
-        prep_points.append((trial.actor_prep_tokens, k_prep))
+        actor_update.append((trial.actor_update_tokens, upd["actor"]))
+        critic_update.append((trial.critic_tokens, upd["critic"]))
+        critic_prep.append((trial.critic_tokens, prep["critic"]))
         nxt = Workload(**asdict(trial))
-        if len(update_points) == 1:
-            # Time ~ epochs x micro-batches ~ epochs / token budget: the first guess scales by the ratio.
-            epochs = math.ceil(update_ratio * work.critic_epochs * work.min_tokens / (work.critic_tokens * k_update))
-            nxt.actor_epochs = max(1, epochs)
-        per_epoch = (
-            _secant(update_points, update_ratio)
-            if len(update_points) > 1
-            else (work.critic_tokens * k_update / (work.critic_epochs * update_ratio))
-        )
-        nxt.actor_update_tokens = max(work.min_tokens, round(per_epoch * nxt.actor_epochs))
-        prep_tokens = _secant(prep_points, prep_ratio) if len(prep_points) > 1 else prior * k_prep / prep_ratio
-        if prep_tokens < work.min_tokens:
-            print(
-                f"prep ratio {prep_ratio:g}:1 needs micro-batches below one sequence; using the smallest",
-                file=sys.stderr,
-            )
-        nxt.actor_prep_tokens = max(work.min_tokens, round(prep_tokens))
+        nxt.critic_tokens = _budget_for(critic_prep, prep["actor"] / prep_ratio, work.min_tokens)
+        # The critic's update at its next budget, on the same kind of line, then the actor's to match it.
+        critic_next = critic_update[-1][1] * (critic_update[-1][0] / nxt.critic_tokens) ** FIRST_SLOPE
+        if len(critic_update) > 1 and critic_update[-1][0] != critic_update[-2][0]:
+            (x0, t0), (x1, t1) = critic_update[-2:]
+            slope = -(math.log(t1) - math.log(t0)) / (math.log(x1) - math.log(x0))
+            critic_next = t1 * (x1 / nxt.critic_tokens) ** max(slope, 0.0)
+        nxt.actor_update_tokens = _budget_for(actor_update, critic_next * update_ratio, work.min_tokens)
         trial = nxt
     last = history[-1]
     found = {
@@ -263,8 +271,8 @@ def calibrate(
     print(
         f"calibration: reached {last['update_ratio']:.2f}:1 in the updates and {last['prep_ratio']:.2f}:1 in the "
         f"preparation (aimed at {update_ratio:g}:1 and {prep_ratio:g}:1) in {len(history)} run(s); set: actor "
-        f"epochs {trial.actor_epochs}, actor token budgets update {trial.actor_update_tokens}, prep "
-        f"{trial.actor_prep_tokens} (critic {work.critic_tokens})",
+        f"epochs {trial.actor_epochs}, token budgets: actor update {trial.actor_update_tokens}, actor prep "
+        f"{trial.actor_prep_tokens}, critic {trial.critic_tokens}",
         file=sys.stderr,
         flush=True,
     )
@@ -466,7 +474,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=128, help="prompts per step, one mini-batch (default %(default)s)")
     parser.add_argument("--response-length", type=int, default=16, help="tokens per answer (default %(default)s)")
     parser.add_argument(
-        "--critic-tokens", type=int, default=64, help="critic's tokens per micro-batch (default %(default)s)"
+        "--critic-tokens",
+        type=int,
+        default=256,
+        help="the critic's tokens per micro-batch in the first calibration run (default %(default)s)",
     )
     parser.add_argument("--critic-epochs", type=int, default=1, help="critic PPO epochs (default %(default)s)")
     parser.add_argument("--update-ratio", type=float, default=1.0, help="actor:critic work in the updates (default 1)")
@@ -477,7 +488,7 @@ def main() -> int:
         "--ceiling-seconds", type=float, default=2.0, help="work per bare process (default %(default)s)"
     )
     parser.add_argument(
-        "--calibration-runs", type=int, default=3, help="at most this many calibration runs (default %(default)s)"
+        "--calibration-runs", type=int, default=4, help="at most this many calibration runs (default %(default)s)"
     )
     parser.add_argument("--work-dir", default=None, help="where runs write (default: a temporary folder)")
     parser.add_argument("--json", default=None, help="write the rows as a JSON list to this file")
