@@ -27,6 +27,11 @@ from pyrun import clean_env
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
+#: The test's cluster runs without Ray's token auth: Ray 2.60 turns it on for `ray start` when
+#: ~/.ray/auth_token exists, and a client given the address (RAY_ADDRESS) does not pick the token up
+#: (ray/_private/worker.py:1972-1976). Cluster and clients say the same, whatever this machine's ~/.ray holds.
+NO_TOKEN = {"RAY_AUTH_MODE": "disabled"}
+
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
@@ -84,7 +89,7 @@ def ray_start_cluster():
             f"--temp-dir={temp_dir}",
             "--block",
         ],
-        env=clean_env(),
+        env=clean_env(NO_TOKEN),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -97,14 +102,13 @@ def ray_start_cluster():
         _stop_cluster(proc, temp_dir)
 
 
-#: Asks the cluster for its CPUs as a driver does (``ray status`` would need RAY_AUTH_MODE=token against a
-#: cluster that enabled Ray 2.60's token auth from ~/.ray/auth_token; ray.init picks the token up itself).
+#: Asks the cluster for its CPUs as a driver does.
 _CPUS = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print(ray.cluster_resources().get('CPU'))"
 
 
 def _total_cpus(address: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-c", _CPUS, address], env=clean_env(), capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _CPUS, address], env=clean_env(NO_TOKEN), capture_output=True, text=True, timeout=120
     )
     return proc.stdout.strip() if proc.returncode == 0 else f"error: {proc.stderr[-1500:]}"
 
@@ -127,7 +131,7 @@ def test_doctor_ray_joins_a_running_cluster_without_asking_it_for_resources(ray_
     assert _total_cpus(address) == "1.0"
     proc = subprocess.run(
         [sys.executable, "-m", "verl_split.cli", "doctor", "--json", "--ray"],
-        env=clean_env({"VERL_SPLIT": "1", "RAY_ADDRESS": address}),
+        env=clean_env({"VERL_SPLIT": "1", "RAY_ADDRESS": address, **NO_TOKEN}),
         capture_output=True,
         text=True,
         timeout=240,

@@ -149,7 +149,9 @@ def _report_in_ray_worker() -> dict[str, Any]:
         except Exception:  # Ray's lookup moved or failed: start a local Ray, as before
             address = None
         if address:
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+            # No address argument: ray.init finds the same one, and turns Ray's token auth on for a cluster it
+            # found on this node (ray/_private/worker.py:1972-1976 in 2.60), as it would for verl's own run.
+            ray.init(runtime_env=runtime_env, log_to_driver=False)
             where = f"the running Ray cluster at {address}, joined without asking it for resources"
         else:
             ray.init(num_cpus=1, runtime_env=runtime_env, include_dashboard=False, log_to_driver=False)
