@@ -234,6 +234,10 @@ class CPUGenerationServer:
         pass
 
 
+#: Ray's default max_concurrency for an async actor (what verl 0.7.1's replica falls back to as well).
+_RAY_ASYNC_MAX_CONCURRENCY = 1000
+
+
 class CPURolloutReplica(RolloutReplica):
     """Trainer-side replica: one :class:`CPUGenerationServer` actor, no GPU of its own.
 
@@ -248,7 +252,9 @@ class CPURolloutReplica(RolloutReplica):
         server = server_cls.options(
             name=server_name(self.replica_rank) + suffix,
             num_cpus=0,  # the logical CPUs belong to the training workers; this one idles between steps
-            max_concurrency=self.max_concurrency,
+X
+            # default for async actors.
+            max_concurrency=getattr(self, "max_concurrency", _RAY_ASYNC_MAX_CONCURRENCY),
         ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         await server.weight_info.remote()  # fail here, not at the first request, if it cannot start
         self.servers = [server]
