@@ -252,8 +252,8 @@ class CPURolloutReplica(RolloutReplica):
         server = server_cls.options(
             name=server_name(self.replica_rank) + suffix,
             num_cpus=0,  # the logical CPUs belong to the training workers; this one idles between steps
-X
-            # default for async actors.
+            # verl 0.7.1+ sizes it (replica.py:240: at least 1000, more with max_num_seqs); 0.7.0 has no such
+            # property: Ray's own default for async actors.
             max_concurrency=getattr(self, "max_concurrency", _RAY_ASYNC_MAX_CONCURRENCY),
         ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         await server.weight_info.remote()  # fail here, not at the first request, if it cannot start
