@@ -22,6 +22,9 @@ WRAPPED = [
     ("verl.utils.model", "load_valuehead_model"),
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"),
 ]
+if FAMILY not in ("0.7", "0.8"):
+    # v1's replay buffer polls every 0.05 s in CPU mode (seams/cpu_replay_poll.py).
+    WRAPPED += [("verl.trainer.ppo.v1.replay_buffer.ReplayBuffer", "__init__")]
 if FAMILY in ("0.7", "0.8"):
     WRAPPED += [
         ("verl.utils.device", "get_torch_device"),
