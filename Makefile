@@ -43,6 +43,7 @@ lint: $(BIN)/verl-split
 # (the dry run, split placement, overlapped updates), on verl's legacy FSDP workers.
 OLDEST_FAMILY ?= 0.7
 OLDEST_TESTS := tests/test_activation.py tests/test_activation_startup.py tests/test_activation_ray.py tests/test_off_policy.py \
+	tests/test_preflight.py \
 	tests/test_placement_seams.py tests/test_cpu_seams.py \
 	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py \
 	tests/e2e/test_checkpoint_e2e.py tests/e2e/test_interrupt_e2e.py

@@ -74,6 +74,9 @@ def with_batch(cfg, size: int):
     cfg.critic.ppo_mini_batch_size = size
     for section in (cfg.actor_rollout_ref.actor, cfg.critic):
         section.ppo_micro_batch_size_per_gpu = 1
+    # Forward passes too: verl-split's planner checks every micro-batch against the pools (placement/batch.py).
+    for section in (cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref):
+        section.log_prob_micro_batch_size_per_gpu = 1
     return cfg
 
 
