@@ -25,10 +25,12 @@ SPECS = {
 
 
 def outcome(call) -> dict:
+    from verl_split.errors import PlacementError  # verl-split's own checks, where the probe runs with it on
+
     try:
         call()
         error = None
-    except (AssertionError, ValueError, TypeError) as exc:
+    except (AssertionError, ValueError, TypeError, PlacementError) as exc:
         error = f"{type(exc).__name__}: {exc}"
     return {"error": error}
 
