@@ -95,11 +95,6 @@ _held: dict[int, _Held] = {}  # step -> its record, held until the join
 _ready: dict[int, dict] = {}  # step -> metrics of a joined update whose record is not logged yet
 
 
-def pending() -> _Deferred | None:
-    """The deferred update still running (or not yet joined), if any."""
-    return _current
-
-
 # -- step k: dispatch, and go on ------------------------------------------------------------
 def launch(step: Any, stock_update_critic: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """Run the stock ``_update_critic`` on a controller thread; return once its request is out."""
