@@ -390,6 +390,15 @@ SEAMS: tuple[Seam, ...] = (
         compat.BEFORE_V1,
         needs=("_get_attention_functions",),
     ),
+    # verl 0.7.0's file logger cannot write the metrics its own trainer logs; the dry run reads that file.
+    Seam(
+        "cpu_file_logger",
+        "verl.utils.tracking",
+        "verl_split.seams.cpu_file_logger",
+        "cpu",
+        compat.PLAIN_JSON_FILE_LOGGER,
+        needs=("FileLogger.log(data@0, step@1)",),
+    ),
     Seam(
         "cpu_legacy_workers",
         "verl.workers.fsdp_workers",

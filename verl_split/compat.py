@@ -47,11 +47,9 @@ SHARED_ROLLOUT = SpecifierSet(">=0.9")
 #: verl 0.7.1 gathered the reward settings under ``reward`` (``reward.custom_reward_function``,
 #: ``reward.num_workers``); 0.7.0 keeps ``custom_reward_function`` at the top and ``reward_model.num_workers``.
 REWARD_SECTION = SpecifierSet(">=0.7.1")
-#: verl 0.7.0 hands its sequence-balance metrics over as tensors (``ray_trainer.py:1139`` passes the tensor
-#: ``global_seqlen_lst`` to ``log_seqlen_unbalance``), which its own file logger cannot write (``json.dumps``,
-#: ``tracking.py:250``): a run with ``trainer.balance_batch`` and the file logger stops at the first step.
-#: 0.7.1 passes a list (``ray_trainer.py:1084``).
-BALANCE_METRICS_LOGGABLE = SpecifierSet(">=0.7.1")
+#: verl 0.7.0's file logger writes with ``json.dumps`` (``tracking.py:250``), which fails on the tensors and numpy
+#: scalars verl 0.7.0's own trainer logs (``ray_trainer.py:1139``); 0.7.1 writes numpy with orjson and logs lists.
+PLAIN_JSON_FILE_LOGGER = SpecifierSet("<0.7.1")
 ANY = SpecifierSet("")
 
 

@@ -98,7 +98,7 @@ def dry_run_overrides(
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "actor_rollout_ref.rollout.max_model_len=64",
-        # reward: the rule-based function from the assets, one reward worker; and what verl 0.7.0 needs.
+        # reward: the rule-based function from the assets, one reward worker (verl 0.7.0: compat.REWARD_SECTION).
         *_release_overrides(assets),
         # trainer: N steps, no validation or checkpoints, metrics to console and a JSON-lines file.
         f"trainer.use_v1={str(trainer == 'v1').lower()}",
@@ -148,10 +148,6 @@ def _release_overrides(assets: TinyAssets) -> list[str]:
         f"{section}custom_reward_function.name={assets.reward_name}",
         f"{workers}num_workers=1",
     ]
-    if compat.installed_version() is not None and not compat.verl_in(compat.BALANCE_METRICS_LOGGABLE):
-        # verl 0.7.0's balance metrics are tensors its file logger cannot write (compat.BALANCE_METRICS_LOGGABLE),
-        # and the dry run reads its steps from that file: keep verl's batch order.
-        overrides.append("trainer.balance_batch=false")
     return overrides
 
 
