@@ -46,7 +46,9 @@ OLDEST_TESTS := tests/test_activation.py tests/test_activation_startup.py tests/
 	tests/test_preflight.py \
 	tests/test_placement_seams.py tests/test_cpu_seams.py \
 	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py \
-	tests/e2e/test_checkpoint_e2e.py tests/e2e/test_interrupt_e2e.py
+	tests/e2e/test_checkpoint_e2e.py
+# Not tests/e2e/test_interrupt_e2e.py: Ctrl-C and the run's process tree are Ray's and verl-split's, the same on
+# every family; the newest family's suite runs it (CI time, for the release checks; make test-release VERL=0.7.1).
 test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
 	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_TESTS)
