@@ -3,7 +3,7 @@
 # its family's environment (scripts/release-env.sh), the preflight (`verl-split doctor --json` with
 # VERL_SPLIT=1: every feature available, healthy), then one 2-step split-placement CPU dry run
 # (`verl-split demo --steps 2`: stock main_ppo, both pools, the overlaps on). One line per release with its
-# time, then a closing "release checks: N passed, M failed".
+# time, then a closing "releases: N passed, M failed".
 #   scripts/check-release.sh 0.9.0 0.7.0 0.8.0
 #   RELEASE_CHECK_JOBS=1 scripts/check-release.sh 0.9.0 0.7.0    # one release at a time
 # The installs run one after the other; the checks of up to RELEASE_CHECK_JOBS releases (default 3) run at
@@ -81,5 +81,6 @@ for release in "$@"; do
         for log in "$dir"/*.log; do echo "--- $log"; tail -25 "$log"; done
     fi
 done
-echo "release checks: $passed passed, $failed failed ($((SECONDS - started)) s in all)"
+echo "release checks took $((SECONDS - started)) s in all"
+echo "releases: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
