@@ -24,7 +24,8 @@ Each repetition (``--repeats``) first measures the machine's parallel ceiling (`
 torch processes with the workers' thread settings, at once and one after the other), then runs the
 configurations, in an order rotated by one per repetition so that drift hits them equally. A run's
 value is its mean over steps 2..N-1 (step 1 pays one-off costs; the last step never defers the critic's
-update, nothing follows it); tables show median [min-max] across the repetitions. Run from the repository root on an otherwise idle machine (``make`` set-up done):
+update, nothing follows it); tables show median [min-max] across the repetitions. Run from the
+repository root on an otherwise idle machine (``make`` set-up done):
 
     .venv/bin/python benchmarks/whole_step.py --json benchmarks/whole_step.json
 
