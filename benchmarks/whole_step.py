@@ -231,7 +231,8 @@ def calibrate(
     critic_update: list[tuple[int, float]] = []
     critic_prep: list[tuple[int, float]] = []
     for attempt in range(1, runs + 1):
-        metrics = run_job(assets, trial, "sequential", out / f"run{attempt}", steps=3)
+        # 4 steps: two steady ones (steps 2..N-1) to measure, not one.
+        metrics = run_job(assets, trial, "sequential", out / f"run{attempt}", steps=4)
         upd, prep = lane_means(metrics, "updates"), lane_means(metrics, "prep")
         k_update, k_prep = upd["actor"] / upd["critic"], prep["actor"] / prep["critic"]
         history.append(
@@ -266,17 +267,27 @@ def calibrate(
             critic_next = t1 * (x1 / nxt.critic_tokens) ** max(slope, 0.0)
         nxt.actor_update_tokens = _budget_for(actor_update, critic_next * update_ratio, work.min_tokens)
         trial = nxt
-    last = history[-1]
+    # The attempt closest to both targets (a token budget moves a lane in steps, so a later one can be worse).
+    best = min(
+        range(len(history)),
+        key=lambda i: (
+            abs(math.log(history[i]["update_ratio"] / update_ratio))
+            + abs(math.log(history[i]["prep_ratio"] / prep_ratio))
+        ),
+    )
+    trial = Workload(**history[best]["workload"])
+    last = history[best]
     found = {
         "update_cost_ratio": history[0]["update_ratio"],
         "prep_cost_ratio": history[0]["prep_ratio"],
         "reached_update_ratio": last["update_ratio"],
         "reached_prep_ratio": last["prep_ratio"],
         "runs": history,
+        "chosen_run": best + 1,
     }
     print(
         f"calibration: reached {last['update_ratio']:.2f}:1 in the updates and {last['prep_ratio']:.2f}:1 in the "
-        f"preparation (aimed at {update_ratio:g}:1 and {prep_ratio:g}:1) in {len(history)} run(s); set: actor "
+        f"preparation (aimed at {update_ratio:g}:1 and {prep_ratio:g}:1), run {best + 1} of {len(history)}; set: actor "
         f"epochs {trial.actor_epochs}, token budgets: actor update {trial.actor_update_tokens}, actor prep "
         f"{trial.actor_prep_tokens}, critic {trial.critic_tokens}",
         file=sys.stderr,
