@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from test_advise_profiles import SUBLINEAR, run_file
 
-from verl_split import runner
-from verl_split.advise import profile
-from verl_split.cli import build_parser, main
+from verl_split.dryrun import runner
 from verl_split.placement import Cluster
+from verl_split.tools.advise import profile
+from verl_split.tools.cli import build_parser, main
 
 pytestmark = pytest.mark.unit
 

@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from verl_split import compat
+from verl_split.core import compat
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from verl_split import compat, settings
-from verl_split.errors import ActivationFailed, PlacementError, SettingsError
+from verl_split.core import compat, settings
+from verl_split.core.errors import ActivationFailed, PlacementError, SettingsError
 from verl_split.placement import (
     ACTOR_POOL,
     CRITIC_POOL,
@@ -335,7 +335,7 @@ def test_the_picture_is_unchanged_when_off():
     not compat.verl_in(compat.SHARED_ROLLOUT), reason="shared rollout is verl 0.9's; older configs have no v1 trainer"
 )
 def test_the_installed_verls_config(monkeypatch):
-    from verl_split.plan_cli import compose_config
+    from verl_split.tools.hydra_config import compose_config
 
     base = ["trainer.n_gpus_per_node=8", "+split_placement.shared_rollout=true"]
     plan = plan_from_config(compose_config("ppo_trainer", None, base), "")  # rollout tp 2 by default

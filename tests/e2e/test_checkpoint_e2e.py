@@ -20,7 +20,7 @@ import torch
 from conftest import PPORun, run_main_ppo
 from families import FAMILY
 
-from verl_split.dry_run import V1_FAMILIES, dry_run_overrides
+from verl_split.dryrun.recipe import V1_FAMILIES, dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 

@@ -26,7 +26,7 @@ _FSDP_BLOCKS = {"actor": ("fsdp_config",), "ref": ("fsdp_config",), "critic": ("
 
 
 def installed_family() -> str | None:
-    from verl_split import compat
+    from verl_split.core import compat
 
     version = compat.installed_version()
     if version is None:
@@ -39,7 +39,7 @@ def installed_family() -> str | None:
 
 def batch_from_config(config: Any, family: str | None = None) -> BatchConfig | None:
     """The run's batch: None when the config has no train batch size (nothing to check)."""
-    from verl_split.placement.verl_config import select_key
+    from verl_split.placement.config_keys import select_key
 
     if select_key(config, "data.train_batch_size") is None:
         return None
@@ -94,7 +94,7 @@ def _int(value: Any) -> int | None:
 
 def _divisor(config: Any, role: str) -> tuple[int, bool]:
     """What splits the role's pool besides data parallelism: Ulysses (FSDP), tp x pp x cp (Megatron)."""
-    from verl_split.placement.verl_config import select_key
+    from verl_split.placement.config_keys import select_key
 
     prefix = _ROLE_PREFIX[role]
     strategy = str(select_key(config, f"{prefix}.strategy", "") or "")
