@@ -20,7 +20,7 @@ MINIMUM = "0.7.0"
 #: Releases at or above MINIMUM: a verl newer than the tested ones runs when the preflight finds every
 #: seam's needs met (``verl_split/plugin/preflight.py``), with one line saying it is untested.
 SUPPORTED = SpecifierSet(f">={MINIMUM}")
-#: The release families the tests run on, oldest first: each has its environment and its adapters in ``seams``.
+#: The release families the tests run on, oldest first: each has its environment; seams declare their ranges below.
 SUPPORTED_FAMILIES: tuple[str, ...] = ("0.7", "0.8", "0.9")
 #: Every PyPI release inside those families, each run in CI (``tests/test_releases.py``, ``make test-release``);
 #: the README's "Supported verl" table lists the same (``tests/test_releases.py`` checks it).
@@ -51,6 +51,31 @@ REWARD_SECTION = SpecifierSet(">=0.7.1")
 #: scalars verl 0.7.0's own trainer logs (``ray_trainer.py:1139``); 0.7.1 writes numpy with orjson and logs lists.
 PLAIN_JSON_FILE_LOGGER = SpecifierSet("<0.7.1")
 ANY = SpecifierSet("")
+
+
+def family_in(family: str, spec: SpecifierSet) -> bool:
+    """True when release family ``family`` (``"0.8"``) lies in ``spec``: decisions per family go through the
+    ranges above, never a family literal."""
+    return spec.contains(family, prereleases=True)
+
+
+# Differences verl-split meets by asking the object (duck typing), named here so that this module lists
+# every verl difference. Each takes the verl object and answers for its release.
+
+
+def colocate_count(manager: object) -> int:
+    """A ``ResourcePoolManager``'s ``max_colocate_count``: 0.7 hard-codes 3 and has no such field."""
+    return getattr(manager, "max_colocate_count", 3)
+
+
+def replica_name_suffix(replica: object) -> str:
+    """A ``RolloutReplica``'s ``name_suffix`` (0.8 added it, for reward/teacher replicas beside the policy's)."""
+    return getattr(replica, "name_suffix", "")
+
+
+def replica_max_concurrency(replica: object, default: int) -> int:
+    """A ``RolloutReplica``'s server ``max_concurrency`` (0.7.1+, ``replica.py:240``; 0.7.0 has none)."""
+    return getattr(replica, "max_concurrency", default)
 
 
 def installed_version(distribution: str = "verl") -> str | None:

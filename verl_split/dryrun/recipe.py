@@ -27,7 +27,6 @@ RAY_NUM_CPUS = 32
 #: Short: Ray's socket paths under it must stay within the 107-byte Unix limit.
 RAY_TEMP_DIR = "/tmp/ray_verl_split"
 #: Families with verl's v1 trainer (``trainer.use_v1``, verl's default there).
-V1_FAMILIES = compat.V1_TRAINER  # a SpecifierSet: `"0.9" in V1_FAMILIES`
 
 
 def dry_run_overrides(
@@ -155,18 +154,18 @@ def check_trainer(trainer: str, family: str) -> None:
     """Raise ValueError unless ``trainer`` is one verl ``family`` has."""
     if trainer not in ("v1", "v0"):
         raise ValueError(f"trainer must be 'v1' or 'v0', not {trainer!r}")
-    if trainer == "v1" and family not in V1_FAMILIES:
+    if trainer == "v1" and not compat.family_in(family, compat.V1_TRAINER):
         raise ValueError(f"verl {family}.x has no v1 trainer (trainer.use_v1); use trainer 'v0' (RayPPOTrainer)")
 
 
 def default_trainer(family: str | None = None) -> str:
     """verl's default trainer of a release family: ``v1`` where it exists (0.9), else ``v0``."""
-    return "v1" if (family or compat.check_supported()) in V1_FAMILIES else "v0"
+    return "v1" if compat.family_in(family or compat.check_supported(), compat.V1_TRAINER) else "v0"
 
 
 def _family_overrides(overrides: list[str], family: str, grpo: bool, ray_gpus: int) -> list[str]:
     """The 0.9 overrides, rewritten for an older verl family."""
-    if family in V1_FAMILIES:
+    if compat.family_in(family, compat.V1_TRAINER):
         return overrides
     # No v1 trainer before 0.9: RayPPOTrainer is the only one, and the key does not exist.
     overrides = [o for o in overrides if not o.startswith("trainer.use_v1=")]
@@ -174,7 +173,7 @@ def _family_overrides(overrides: list[str], family: str, grpo: bool, ray_gpus: i
     # resource per worker (verl/single_controller/ray/base.py get_placement_groups), i.e. "cpu".
     # The local cluster announces that many, beside the logical GPUs its GPU-count checks read.
     overrides.append(f"+ray_kwargs.ray_init.resources={{cpu:{ray_gpus}}}")
-    if family != "0.7":
+    if not compat.family_in(family, compat.LEGACY_WORKERS):
         return overrides
     # 0.7: no TransferQueue settings; the legacy critic worker reads critic.model.fsdp_config.
     overrides = [o.replace("critic.fsdp.", "critic.model.fsdp_config.") for o in overrides]

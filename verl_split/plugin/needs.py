@@ -51,7 +51,6 @@ def parse(text: str, default_module: str) -> Need:
     return Need(match["module"] or default_module, path, params, text, bool(match["optional"]))
 
 
-
 def check_need(source: Source, need: Need) -> str | None:
     """What differs for ``need`` (None: it is met)."""
     modules = need.module.split("|")
@@ -173,4 +172,3 @@ def _check_fields(node: ast.ClassDef, need: Need) -> str | None:
         if index is not None and fields.index(name) != index:
             return f"{'.'.join(need.path)}'s parameter {name!r} is argument {fields.index(name)}, not {index}"
     return None
-

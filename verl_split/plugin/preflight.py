@@ -100,7 +100,6 @@ FEATURES: dict[str, Feature] = {
 }
 
 
-
 # ------------------------------------------------------------------------------------------ the check
 
 
@@ -122,7 +121,6 @@ class Problem:
             f"verl-split has not been adapted to this verl yet: {feature.off}, or install a tested verl "
             f"({compat.tested_text()})."
         )
-
 
 
 @dataclass
@@ -158,7 +156,6 @@ class Report:
                 "seams": self.checked[key],
             }
         return out
-
 
 
 def run(seams: Iterable[Any], source: Source | None = None) -> Report:

@@ -207,7 +207,6 @@ def _self_attributes(node: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[
     return frozenset(names)
 
 
-
 def verl_roots() -> list[Path]:
     """The directory holding the ``verl`` package this process would import, without importing it."""
     loaded = sys.modules.get("verl")
@@ -220,4 +219,3 @@ def verl_roots() -> list[Path]:
         if (root / "verl" / "__init__.py").is_file():
             return [root.resolve()]
     return []
-

@@ -41,5 +41,3 @@ def compose_config(config_name: str, config_path: str | None, overrides: list[st
         ) from exc
     finally:
         GlobalHydra.instance().clear()
-
-

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from verl_split import placement as planner
+from verl_split.core import compat
 from verl_split.core.errors import VerlSplitError
 from verl_split.tools.hydra_config import compose_config
 
@@ -63,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--verl",
-        choices=("0.7", "0.8", "0.9"),
+        choices=compat.SUPPORTED_FAMILIES,
         help="Check the job's batch with this verl family's rules (default: the installed verl's).",
     )
     parser.add_argument("--config-name", help="Compose this verl trainer config with hydra (e.g. ppo_trainer).")

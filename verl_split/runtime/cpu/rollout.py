@@ -27,12 +27,14 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
+from verl_split.core import compat
 from verl_split.runtime.cpu.server import CPUGenerationServer, server_name
 
 #: The ``actor_rollout_ref.rollout.name`` that selects this rollout.
 ROLLOUT_NAME = "cpu_hf"
 #: Import path of the worker-side class, for verl's ``_ROLLOUT_REGISTRY``.
 ADAPTER_FQN = "verl_split.runtime.cpu.rollout.CPURolloutAdapter"
+
 
 def _rollout_world_size(config: Any) -> int:
     return config.tensor_model_parallel_size * config.data_parallel_size * config.pipeline_model_parallel_size
@@ -51,14 +53,14 @@ class CPURolloutReplica(RolloutReplica):
 
     async def launch_servers(self) -> None:
         # verl 0.8 added name_suffix (reward/teacher replicas beside the policy's); 0.7 has none.
-        suffix = getattr(self, "name_suffix", "")
+        suffix = compat.replica_name_suffix(self)
         server_cls = ray.remote(CPUGenerationServer)
         server = server_cls.options(
             name=server_name(self.replica_rank) + suffix,
             num_cpus=0,  # the logical CPUs belong to the training workers; this one idles between steps
             # verl 0.7.1+ sizes it (replica.py:240: at least 1000, more with max_num_seqs); 0.7.0 has no such
             # property: Ray's own default for async actors.
-            max_concurrency=getattr(self, "max_concurrency", _RAY_ASYNC_MAX_CONCURRENCY),
+            max_concurrency=compat.replica_max_concurrency(self, _RAY_ASYNC_MAX_CONCURRENCY),
         ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         await server.weight_info.remote()  # fail here, not at the first request, if it cannot start
         self.servers = [server]

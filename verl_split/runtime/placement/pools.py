@@ -43,10 +43,12 @@ try:
 except ImportError:  # verl 0.7.0 keeps it in verl/trainer/ppo/ray_trainer.py:70 (0.7.1 moved it to base.py)
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager
 
+from verl_split.core import compat
 from verl_split.placement import DEFAULT_READY_TIMEOUT_S, Plan, plan_from_config
 from verl_split.runtime.placement import nodes
 
 logger = logging.getLogger("verl_split")
+
 
 class PinnedRayResourcePool(RayResourcePool):
     """A ``RayResourcePool`` whose placement group ``i`` is pinned to ``node_ids[i]``."""
@@ -123,7 +125,7 @@ class SplitResourcePoolManager(ResourcePoolManager):
                 process_on_nodes=pool.process_on_nodes,
                 use_gpu=True,
                 # verl 0.7's manager has no max_colocate_count field and hard-codes 3 (single_controller/ray/base.py).
-                max_colocate_count=getattr(self, "max_colocate_count", 3),
+                max_colocate_count=compat.colocate_count(self),
                 name_prefix=pool.name,
                 node_ids=node_ids,
                 ready_timeout_s=self.plan.ready_timeout_s,

@@ -1,7 +1,7 @@
 """``verl-split advise``: does split placement pay for this job, and which split?
 
 Reads the per-step metrics of one or more runs, from the logs verl users have (verl's console output of any
-release, its file logger's JSONL, a CSV export of a tracker run; ``verl_split/tools/advise/logs.py``), fits the cost model
+release, its file logger's JSONL, a CSV export of a tracker run; ``logs.py``), fits the cost model
 (``verl_split/tools/advise/model.py``) and ranks every placement the planner accepts on the cluster.
 With ``--profile`` it first runs the job itself, stock and ``halves`` with the overlaps off, for a few
 steps each (``verl_split/tools/advise/profile.py``), then advises from those two runs the same way.

@@ -23,7 +23,6 @@ _HYDRA_OPTIONS = {
 _OVERRIDE = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][\w.@/-]*(=|$)")
 
 
-
 def split_hydra_options(arguments: Sequence[str]) -> tuple[str | None, str | None, list[str]]:
     """(config path, config name, the overrides): hydra's ``--config-path``/``--config-name`` taken out."""
     found: dict[str, str | None] = {"config_path": None, "config_name": None}

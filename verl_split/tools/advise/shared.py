@@ -15,7 +15,7 @@ already knows, as the ``+shared`` variant of each split placement:
   else assumed 0 s (no metric measures it; verl's own ``critic.fsdp`` offload, when the runs had it on, is
   already in the critic's measured lanes).
 
-The push runs in verl's ``update_weights`` after the update (``verl_split/runtime/shared_rollout/coordinator.py``), before the next
+The push runs in verl's ``update_weights`` after the update (``runtime/shared_rollout/both_pools.py``), before the next
 generation; the reload before values: both are on the step's critical path, so both are added to the step.
 None of this has been measured on GPUs by us.
 """
