@@ -44,6 +44,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"extended ({why}); run with --extended"))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process_state():
+    """Each test reads settings from its own environment and sees every once-only log line: the frozen
+    settings and ``log.once``'s memory are process-wide, so they are reset around every test."""
+    from verl_split.core import log, settings
+
+    settings.thaw()
+    log.forget_once()
+    yield
+    settings.thaw()
+    log.forget_once()
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> TinyAssets:
     """The tiny model, tokenizer, data set and reward function, made once per pytest run."""

@@ -130,7 +130,7 @@ class Worker:
         broken = activation.Seam(
             "broken", "json", "split", "placement", compat.ANY, apply="verl_split.no_such_seam:patch"
         )
-        activation._apply(broken, target)
+        activation.apply(broken, target)
 
 ray.init(num_cpus=1, include_dashboard=False)
 try:

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_split.core import log, settings
+from verl_split.core import log
 from verl_split.core.errors import UpdateFailedError
 from verl_split.plugin import wrapping
 from verl_split.runtime.metrics import tracking
@@ -117,6 +117,10 @@ class FakeTrainer:
         metrics["actor/pg_loss"] = 0.25
         return batch
 
+    def kv_clear(self, keys, partition_id):
+        """TransferQueue's clear of a step's keys (v1's fit calls it at the end of each step)."""
+        self.calls.append(("clear", tuple(keys), time.monotonic()))
+
     def _save_checkpoint(self):
         self.calls.append(("save", self.global_steps, self.critic_version, time.monotonic()))
 
@@ -125,6 +129,7 @@ class FakeTrainer:
             self.global_steps = step
             started = time.monotonic()
             self.calls.append(("gen", step, started))
+            self.kv_clear(keys=[f"prompt{step}"], partition_id="train")  # the replay buffer's: never waits
             # generation: the actor pool's replicas, nothing of the critic
             time.sleep(self.later_gen_s if step > 1 and self.later_gen_s is not None else self.gen_s)
             metrics: dict = {}
@@ -136,6 +141,7 @@ class FakeTrainer:
             if self.save_freq and step % self.save_freq == 0:
                 self._save_checkpoint()
             metrics["timing_s/step"] = time.monotonic() - started
+            self.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
             self.logger.log(data=metrics, step=step)
 
 
@@ -158,7 +164,6 @@ def run(monkeypatch):
     monkeypatch.setenv("VERL_SPLIT", "1")
     monkeypatch.setenv("VERL_SPLIT_OVERLAP", "updates,prep,defer_critic")
     monkeypatch.delenv("VERL_SPLIT_TRACE", raising=False)
-    monkeypatch.setattr(settings, "_frozen", None)
     log.forget_once()
     deferral.reset()
     adapter = FakeAdapter()
@@ -169,6 +174,7 @@ def run(monkeypatch):
         (FakeTrainer, "fit"): deferral_hooks.wrap_fit,
         (FakeTrainer, "_save_checkpoint"): deferral_hooks.wrap_save_checkpoint,
         (FakeTracking, "log"): tracking.wrap_tracking_log,
+        (FakeTrainer, "kv_clear"): deferral_hooks.wrap_kv_clear,
     }
     for (owner, attr), wrapper in wrapped.items():
         wrapping.wrap(owner, attr, wrapper)
@@ -280,22 +286,6 @@ def test_a_trainer_stuck_in_one_call_is_ended(run, monkeypatch):
     thread.join(10)
 
 
-def test_clears_of_the_updates_keys_wait_for_its_join():
-    cleared: list[str] = []
-    step = SimpleNamespace(global_step=1, trainer=None, critic_pool="c", actor_pool="a")
-    result: concurrent.futures.Future = concurrent.futures.Future()
-    deferred = deferral._Deferred(step, (), {}, None, result, threading.current_thread())
-    deferred.kept = (frozenset({"k1", "k2"}), "train")
-    deferral._current = deferred
-    try:
-        assert deferral.postpone_clear(["k1", "k2"], "train", lambda: cleared.append("step keys"))
-        assert not deferral.postpone_clear(["p1"], "train", lambda: None)  # a prompt's key: now
-        assert not deferral.postpone_clear(["k1"], "val", lambda: None)  # another partition: now
-        assert cleared == []
-    finally:
-        deferral.reset()
-
-
 def test_v1_critic_metrics_are_reduced_as_verl_reduces_them():
     """The same reduction verl's PPOTrainer.step applies (MetricsAggregator, by non-padding samples)."""
     from verl.trainer.ppo.v1.utils import MetricsAggregator
@@ -320,3 +310,13 @@ def test_v0_placeholder_and_critic_metrics_are_what_fit_reduces():
     assert placeholder.meta_info == {"metrics": {}}
     output = DataProto.from_single_dict(data={}, meta_info={"metrics": {"critic/vf_loss": [1.0, 3.0]}})
     assert adapter.critic_metrics(output, None, (), {}) == {"critic/vf_loss": 2.0}
+
+
+def test_clears_of_the_updates_keys_wait_for_its_join(run):
+    """v1 clears a step's TransferQueue keys at its end; the critic's workers still read them."""
+    trainer = run(FakeTrainer(steps=2))
+    clears = {keys: at for kind, keys, at in calls_of(trainer, "clear")}
+    critic_end = calls_of(trainer, "critic update")[0][3]
+    assert clears[tuple(FakeBatch(1).keys)] >= critic_end  # postponed to the join at step 2's values
+    assert clears[("prompt2",)] < critic_end  # another key (a prompt's): cleared at once
+    assert tuple(FakeBatch(2).keys) in clears  # the last step joined in the step: cleared in place

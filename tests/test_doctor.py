@@ -36,7 +36,7 @@ def test_doctor_text_shows_the_patches_and_who_loaded_verl_split(capsys):
         },
         "problems": [],
     }
-    doctor._print_text(report, "this process")
+    doctor.print_text(report, "this process")
     lines = capsys.readouterr().out.splitlines()
     assert f"  loaded by         {source_patches.BY_VERL}" in lines
     assert (
@@ -96,7 +96,7 @@ def test_doctor_lists_each_feature_with_the_preflights_reason(capsys):
         "verl_patches": {},
         "problems": [],
     }
-    doctor._print_text(report, "this process")
+    doctor.print_text(report, "this process")
     lines = capsys.readouterr().out.splitlines()
     untested = "untested: newer than the tested releases"
     assert f"  verl              0.10.0.dev0  (supported: 0.7.x, 0.8.x, 0.9.x; {untested})" in lines

@@ -232,7 +232,7 @@ def test_shared_rollout_switched_on_in_the_config_is_preflighted_before_ray(tmp_
 
     overlay = edited_copy(tmp_path, module, rename)
     monkeypatch.setattr(preflight, "verl_roots", lambda: [overlay, *ROOTS])
-    monkeypatch.setattr(settings, "_frozen", settings.Settings(enabled=True))
+    settings.freeze(settings.Settings(enabled=True))
     config = {
         "trainer": {"nnodes": 1, "n_gpus_per_node": 8},
         "actor_rollout_ref": {"rollout": {"tensor_model_parallel_size": 1}},

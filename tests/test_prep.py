@@ -121,7 +121,6 @@ def patched(monkeypatch):
     """FakeTrainer with verl-split's wrappers, as runtime/overlap/seams.py wraps RayPPOTrainer."""
     monkeypatch.delenv("VERL_SPLIT_OVERLAP", raising=False)
     monkeypatch.setenv("VERL_SPLIT", "1")  # verl-split reads its other settings only when switched on
-    monkeypatch.setattr(settings, "_frozen", None)  # read from this test's environment
     log.forget_once()
 
     def install(pools=("actor_pool", "critic_pool")):

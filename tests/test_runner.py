@@ -72,7 +72,7 @@ def test_a_failed_run_shows_the_end_of_its_log_and_exits_with_verls_status(tmp_p
     failing = "for n in range(100): print('line', n)\nraise SystemExit(3)"
     monkeypatch.setattr(demo, "main_ppo_command", lambda overrides: fake_main_ppo(failing))
     job = demo.Job("stock", tmp_path, dict(os.environ), "stock verl")
-    assert demo._run_job(job, [], "[1/3]", 3) == 3
+    assert demo.run_job(job, [], "[1/3]", 3) == 3
     out, err = capsys.readouterr()
     assert out.strip() == f"[1/3] stock verl: starting main_ppo, its output in {tmp_path / 'main_ppo.log'}"
     assert "line 59\n" not in err and "line 60\nline 61" in err and "line 99\n" in err  # the last 40 lines

@@ -61,7 +61,6 @@ def test_on_validates_every_value():
 
 
 def test_settings_are_frozen_at_activation(monkeypatch):
-    monkeypatch.setattr(settings, "_frozen", None)
     frozen = settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_OVERLAP": "prep"})
     settings.freeze(frozen)
     # A variable set mid-run (even a bad one) changes nothing the adapters read.

@@ -31,16 +31,16 @@ def manager(load_balancer_cls, router_config_path=None):
 
 def test_verls_own_balancer_is_told_whether_stored_as_none_or_as_its_class():
     balancer = coordinator.GlobalRequestLoadBalancer
-    assert coordinator._default_balancer(manager(None))  # 0.9.1
-    assert coordinator._default_balancer(manager(balancer))  # 0.9.0, main@1dda039
+    assert coordinator.uses_verls_balancer(manager(None))  # 0.9.1
+    assert coordinator.uses_verls_balancer(manager(balancer))  # 0.9.0, main@1dda039
 
 
 def test_a_custom_balancer_or_router_config_keeps_its_own_routing():
     class Custom(coordinator.GlobalRequestLoadBalancer):
         pass
 
-    assert not coordinator._default_balancer(manager(Custom))
-    assert not coordinator._default_balancer(manager(None, router_config_path="router.yaml"))
+    assert not coordinator.uses_verls_balancer(manager(Custom))
+    assert not coordinator.uses_verls_balancer(manager(None, router_config_path="router.yaml"))
 
 
 def test_the_balancer_comes_from_llm_server_which_every_0_9_release_has():

@@ -79,7 +79,7 @@ def replica(rank: int, address: str):
 @pytest.fixture
 def both(monkeypatch):
     monkeypatch.setattr(both_pools.ray, "get", lambda value, **_: value)  # the fakes answer directly
-    monkeypatch.setattr(both_pools, "_dead_replicas", lambda replicas: [r.replica_rank for r in replicas])
+    monkeypatch.setattr(both_pools, "dead_replicas", lambda replicas: [r.replica_rank for r in replicas])
     journal: list = []
     trainer = SimpleNamespace()
     hybrid = FakeManager("hybrid", journal, [replica(0, "cpu-rollout-0")])

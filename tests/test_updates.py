@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_split.core import log, settings
+from verl_split.core import log
 from verl_split.core.errors import UpdateFailedError
 from verl_split.plugin import wrapping
 from verl_split.runtime.overlap import lanes, trainers, update_hooks, updates
@@ -122,7 +122,6 @@ def patched(monkeypatch):
     monkeypatch.setenv("VERL_SPLIT", "1")  # verl-split reads its other settings only when switched on
     monkeypatch.delenv("VERL_SPLIT_OVERLAP", raising=False)
     monkeypatch.delenv("VERL_SPLIT_TRACE", raising=False)
-    monkeypatch.setattr(settings, "_frozen", None)  # read from this test's environment
     log.forget_once()
 
     def install(pools=("actor_pool", "critic_pool")):

@@ -162,6 +162,13 @@ def freeze(frozen: Settings) -> None:
     _frozen = frozen
 
 
+def thaw() -> Settings | None:
+    """Forget the frozen settings (tests): ``current()`` reads the environment again. Returns what was frozen."""
+    global _frozen
+    before, _frozen = _frozen, None
+    return before
+
+
 def current() -> Settings:
     """The settings frozen at activation; read from the environment where nothing activated."""
     return _frozen if _frozen is not None else read()

@@ -139,10 +139,10 @@ def activate(split: bool = True, cpu: bool = False, frozen: settings.Settings | 
         if seam.name in _registered:
             # A hook stays registered after deactivate(); re-apply now if its target is loaded.
             if seam.target in sys.modules:
-                _apply(seam, sys.modules[seam.target])
+                apply(seam, sys.modules[seam.target])
             continue
         _registered.add(seam.name)
-        wrapt.register_post_import_hook(functools.partial(_apply, seam), seam.target)
+        wrapt.register_post_import_hook(functools.partial(apply, seam), seam.target)
     logger.debug("verl-split active for verl %s: %s", family, ", ".join(sorted(_state.active_features)))
     return [s.name for s in selected if s.name not in _state.skipped]
 
@@ -196,7 +196,7 @@ def _feature_off_and_unmet(seam: Seam) -> bool:
     return bool(run_preflight([seam]).problems)
 
 
-def _apply(seam: Seam, target: ModuleType) -> None:
+def apply(seam: Seam, target: ModuleType) -> None:
     if seam.switch not in _state.active_features or seam.name in _applied or seam.name in _state.skipped:
         return
     if _in_ray_worker() and _feature_off_and_unmet(seam):

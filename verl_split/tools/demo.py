@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"stock verl: one pool (global_pool), every role on each of the {gpus} logical GPUs")
     metrics: dict[str, list[dict[str, Any]]] = {}
     for number, job in enumerate(jobs, 1):
-        code = _run_job(job, overrides(job.out), f"[{number}/{len(jobs)}]", args.steps)
+        code = run_job(job, overrides(job.out), f"[{number}/{len(jobs)}]", args.steps)
         if code != 0:
             return code
         metrics[job.title] = read_metrics(job.out / METRICS_FILE)
@@ -190,7 +190,7 @@ def _print_placement(overrides: list[str]) -> bool:
     return True
 
 
-def _run_job(job: Job, overrides: list[str], tag: str, steps: int) -> int:
+def run_job(job: Job, overrides: list[str], tag: str, steps: int) -> int:
     """One main_ppo run, verl's output to the run's log; a line when it starts and one per finished step."""
     log = job.out / LOG_FILE
     print(f"{tag} {job.label}: starting main_ppo, its output in {log}", flush=True)

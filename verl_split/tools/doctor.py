@@ -176,7 +176,7 @@ _PATCH_NOTES = {
 }
 
 
-def _print_text(report: dict[str, Any], where: str) -> None:
+def print_text(report: dict[str, Any], where: str) -> None:
     yes_no = {True: "yes", False: "no"}
     print(f"[{where}, pid {report['pid']}]")
     print(f"  verl-split        {report['verl_split_version']}")
@@ -227,9 +227,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
-        _print_text(report, "this process")
+        print_text(report, "this process")
         if "ray_worker" in report:
-            _print_text(report["ray_worker"], "Ray worker")
+            print_text(report["ray_worker"], "Ray worker")
         print(
             "healthy" if healthy else "NOT healthy: " + "; ".join(report["problems"]),
             file=sys.stderr if not healthy else sys.stdout,

@@ -57,7 +57,7 @@ class BothPoolsCheckpointManager:
         try:
             return call(*args, **kwargs)
         except Exception as exc:
-            dead = _dead_replicas(self.shared.replicas)
+            dead = dead_replicas(self.shared.replicas)
             which = f"replica(s) {dead} died" if dead else "a replica failed"
             raise SharedRolloutError(
                 f"shared rollout: {what} on the critic pool's rollout replicas: {which} "
@@ -119,7 +119,7 @@ class BothPoolsCheckpointManager:
         self._on_shared("restoring the KV cache", self.shared.resume_kv_cache_replicas)
 
 
-def _dead_replicas(replicas: list[Any], timeout_s: float = 10.0) -> list[int]:
+def dead_replicas(replicas: list[Any], timeout_s: float = 10.0) -> list[int]:
     """Ranks of the replicas with a server that no longer answers."""
     dead = []
     for replica in replicas:

@@ -114,7 +114,7 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
     """Put ``replicas``' servers beside the hybrid ones; return the counting balancer, if ours."""
     added = {r.server_address: r.server_handle for r in replicas}
     rollout = manager.rollout_config
-    if _default_balancer(manager):
+    if uses_verls_balancer(manager):
         servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True)) | added
         # max_cache_size left to the class's default, DEFAULT_ROUTING_CACHE_SIZE (router.py on 0.9.1,
         # llm_server.py on 0.9.0): the value verl passes.
@@ -130,7 +130,7 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
     return None
 
 
-def _default_balancer(manager: Any) -> bool:
+def uses_verls_balancer(manager: Any) -> bool:
     """verl routes through its own ``GlobalRequestLoadBalancer``: no custom class, no router config.
 
     0.9.1 keeps ``_load_balancer_cls`` None unless a class is passed (``llm_server.py:387``); 0.9.0 and

@@ -170,7 +170,7 @@ def prepare(
             "(tensor x data x pipeline parallel): leave --rollout-tp out with --profile."
         )
     if not (cpu or cpu_env) and cluster.nnodes == 1 and not env.get("RAY_ADDRESS"):
-        have = (gpu_count or _cuda_device_count)()
+        have = (gpu_count or cuda_device_count)()
         if have < cluster.n_gpus_per_node:
             raise AdviseError(
                 f"this machine has {have} GPU{'s' if have != 1 else ''}, the runs need {cluster.n_gpus_per_node} "
@@ -221,7 +221,7 @@ def _tiny_assets(directory: str | os.PathLike[str]) -> Any:
     return make_tiny_assets(directory)
 
 
-def _cuda_device_count() -> int:
+def cuda_device_count() -> int:
     try:
         import torch
 
