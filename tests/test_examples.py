@@ -2,9 +2,13 @@
 
 * Every shipped config composes with hydra against the installed verl (``ppo_trainer_split.yaml``), and the
   planner accepts it.
-* Every ``VERL_SPLIT*`` variable and every ``split_placement`` key the docs name exists in
-  ``settings.VARIABLES`` / ``placement.CONFIG_KEYS``, and every variable is documented.
-* Every ``verl-split plan`` picture in the example READMEs is what the command prints today.
+* Every ``VERL_SPLIT*`` variable and every ``split_placement`` key the docs (README.md, docs/*.md, the example
+  READMEs) name exists in ``settings.VARIABLES`` / ``placement.CONFIG_KEYS``; the reference docs
+  (docs/configuration.md and the example READMEs) document every one.
+* Every ``verl-split plan`` picture in the docs is what the command prints today, and every ``verl-split plan``
+  command line in a ``bash`` block runs.
+
+The docs' links and the paths they name: test_docs.py.
 
 Fast: hydra composition and the planner only, no process, no Ray and no training (the scripts:
 test_example_scripts.py; tests/e2e runs the rest).
@@ -33,7 +37,10 @@ EXAMPLE = ROOT / "examples" / "split_placement"
 CONFIG_DIR = EXAMPLE / "config"
 SPLIT_CONFIG = "ppo_trainer_split"
 EXAMPLE_DOCS = (EXAMPLE / "README.md", EXAMPLE / "README_zh.md")
-ALL_DOCS = (ROOT / "README.md", *EXAMPLE_DOCS)
+#: The docs that document every variable and every config key: the reference, and the guide in both languages.
+REFERENCE_DOCS = (ROOT / "docs" / "configuration.md", *EXAMPLE_DOCS)
+#: Every doc: what they name must exist.
+ALL_DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *EXAMPLE_DOCS)
 
 
 @pytest.fixture(autouse=True)
@@ -148,8 +155,8 @@ def test_docs_name_only_split_placement_keys_that_exist(doc):
     assert named <= set(planner.CONFIG_KEYS), f"not in CONFIG_KEYS: {sorted(named - set(planner.CONFIG_KEYS))}"
 
 
-@pytest.mark.parametrize("doc", ALL_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_docs_document_every_variable(doc):
+@pytest.mark.parametrize("doc", REFERENCE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_reference_docs_document_every_variable(doc):
     # Documented means named in backticks on its own: `VERL_SPLIT_TRACE` (a table row, say);
     # `VERL_SPLIT_TRACE=/tmp/t.json` in a command does not count.
     text = _read(doc)
@@ -157,8 +164,8 @@ def test_docs_document_every_variable(doc):
     assert not missing, f"{doc.relative_to(ROOT)} does not document {missing} (write each as `NAME`)"
 
 
-@pytest.mark.parametrize("doc", EXAMPLE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_example_docs_document_every_split_placement_key(doc):
+@pytest.mark.parametrize("doc", REFERENCE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_reference_docs_document_every_split_placement_key(doc):
     text = _read(doc)
     missing = [key for key in planner.CONFIG_KEYS if f"split_placement.{key}" not in text]
     assert not missing, f"{doc.relative_to(ROOT)} does not document split_placement.{missing}"
@@ -171,13 +178,17 @@ def test_example_docs_document_every_split_placement_key(doc):
 _CONSOLE_BLOCK = re.compile(r"^```console\n\$ (.*?)\n(.*?)^```", re.S | re.M)
 
 
+def _doc_id(doc: Path) -> str:
+    return str(doc.relative_to(ROOT))
+
+
 def _plan_blocks() -> list[tuple[str, str, str]]:
     blocks = []
-    for doc in EXAMPLE_DOCS:
+    for doc in ALL_DOCS:
         if doc.exists():
             for command, shown in _CONSOLE_BLOCK.findall(doc.read_text()):
                 if "verl-split plan" in command:
-                    blocks.append((doc.name, command, shown))
+                    blocks.append((_doc_id(doc), command, shown))
     return blocks
 
 
@@ -204,12 +215,12 @@ _BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 
 def _plan_commands() -> list[tuple[str, str]]:
     commands = []
-    for doc in EXAMPLE_DOCS:
+    for doc in ALL_DOCS:
         if doc.exists():
             for block in _BASH_BLOCK.findall(doc.read_text()):
                 for line in block.replace("\\\n", " ").splitlines():
                     if line.startswith("verl-split plan"):
-                        commands.append((doc.name, line))
+                        commands.append((_doc_id(doc), line))
     return commands
 
 
@@ -218,4 +229,5 @@ def test_docs_plan_commands_run(doc, command, monkeypatch, capsys):
     from verl_split.tools import cli
 
     monkeypatch.chdir(ROOT)  # the docs give paths from the repository's root
-    assert cli.main(shlex.split(command)[1:]) == 0, f"{doc}: {command}\n{capsys.readouterr().err}"
+    # A trailing `# comment` (the README's) is the shell's, not the command's.
+    assert cli.main(shlex.split(command, comments=True)[1:]) == 0, f"{doc}: {command}\n{capsys.readouterr().err}"
