@@ -1,8 +1,8 @@
 """Every ``split/*`` metric verl-split adds to verl's tracker, named once.
 
 The runtime writes them (``runtime/overlap``, ``runtime/metrics``, ``runtime/shared_rollout``); the
-demo's report and ``advise`` read them back from a run's log. The README's metric table says what
-each means. Standard library only.
+demo's report and ``advise`` read them back from a run's log. docs/how-it-works.md's metric table says
+what each means. Standard library only.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ PREFIX = "VERL_SPLIT"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
-#: name -> (default, one-line meaning). The README's configuration table lists these.
+#: name -> (default, one-line meaning). docs/configuration.md's table lists these.
 VARIABLES: dict[str, tuple[str, str]] = {
     "VERL_SPLIT": ("off", "Switch verl-split on (1/true/yes/on) in every process of the run."),
     "VERL_SPLIT_PLACEMENT": (

@@ -22,8 +22,8 @@
   logger gets them as plain numbers.
 * ``wrap_replay_buffer_init`` -- verl 0.9's v1 trainer waits for finished rollouts by polling TransferQueue
   every ``ReplayBuffer.poll_interval`` seconds, 2.0 and not set from the config, so ``timing_s/gen`` comes in
-  multiples of 2 s; in CPU mode the buffer polls every ``CPU_POLL_S`` (a GPU run keeps verl's 2 s; the README
-  says what that costs a step).
+  multiples of 2 s; in CPU mode the buffer polls every ``CPU_POLL_S`` (a GPU run keeps verl's 2 s;
+  docs/known-limits.md says what that costs a step).
 """
 
 from __future__ import annotations
