@@ -24,8 +24,9 @@ test: $(BIN)/verl-split
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
 
+# Every tier but the end-to-end runs and the downloads: for the edit-test loop.
 test-fast: $(BIN)/verl-split
-	$(BIN)/python -m pytest -m "not e2e"
+	$(BIN)/python -m pytest -m "not e2e and not network"
 
 # Everything, the `extended` runs included (longer runs whose coverage the default suite has elsewhere).
 test-extended: $(BIN)/verl-split
@@ -43,7 +44,7 @@ lint: $(BIN)/verl-split
 # (the dry run, split placement, overlapped updates), on verl's legacy FSDP workers.
 OLDEST_FAMILY ?= 0.7
 OLDEST_TESTS := tests/test_activation.py tests/test_activation_startup.py tests/test_activation_ray.py tests/test_off_policy.py \
-	tests/test_preflight.py \
+	tests/test_preflight.py tests/test_preflight_runs.py \
 	tests/test_placement_seams.py tests/test_cpu_seams.py \
 	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py \
 	tests/e2e/test_checkpoint_e2e.py

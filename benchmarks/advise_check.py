@@ -1,6 +1,6 @@
 """Benchmark: does ``verl-split advise --profile`` predict the step time of a layout it never ran?
 
-On CPU (no GPU used or needed), the tiny dry-run PPO job (``verl_split.dry_run``: GAE with a critic,
+On CPU (no GPU used or needed), the tiny dry-run PPO job (``verl_split.dryrun.recipe``: GAE with a critic,
 2 logical GPUs, verl's default trainer) per repetition:
 
 1. ``verl-split advise --profile --cpu --nnodes 1 --n-gpus-per-node 2 --steps S --json``: stock verl and
@@ -37,12 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl_split import report
-from verl_split.advise.profile import forced_overrides
-from verl_split.assets import make_tiny_assets
-from verl_split.dry_run import dry_run_overrides, run_environment
+from verl_split.dryrun import report
+from verl_split.dryrun.assets import make_tiny_assets
+from verl_split.dryrun.recipe import dry_run_overrides, run_environment
+from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 from verl_split.placement import Cluster
-from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
+from verl_split.tools.advise.profile import forced_overrides
 
 CLUSTER = Cluster(nnodes=1, n_gpus_per_node=2)
 GOAL = 0.15
@@ -54,7 +54,7 @@ DEFER_OVERLAPS = "updates,prep,defer_critic"
 
 def run_profile(assets_root: Path, out: Path, steps: int, extra: list[str]) -> dict[str, Any]:
     """``verl-split advise --profile --cpu --json`` as a user runs it; its progress passes through on stderr."""
-    command = [sys.executable, "-m", "verl_split.cli", "advise", "--profile", "--cpu", "--json"]
+    command = [sys.executable, "-m", "verl_split.tools.cli", "advise", "--profile", "--cpu", "--json"]
     command += ["--nnodes", str(CLUSTER.nnodes), "--n-gpus-per-node", str(CLUSTER.n_gpus_per_node)]
     command += ["--steps", str(steps), "--out", str(out), "--assets", str(assets_root), "--", *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}

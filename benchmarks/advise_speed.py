@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from verl_console import long_console_log  # noqa: E402
 
-from verl_split.advise.logs import read_log  # noqa: E402
-from verl_split.cli import main  # noqa: E402
+from verl_split.tools.advise.logs import read_log  # noqa: E402
+from verl_split.tools.cli import main  # noqa: E402
 
 
 def main_(argv: list[str] | None = None) -> int:

@@ -3,7 +3,7 @@
 The budgets once asserted inside the dry-run tests (under 5 minutes, under 8 GiB) are performance
 figures, not correctness: on a loaded 2-core CI they could fail a correct build. They live here.
 
-Per repetition, the tiny dry-run PPO job (``verl_split.dry_run``: GAE with a critic, verl's default
+Per repetition, the tiny dry-run PPO job (``verl_split.dryrun.recipe``: GAE with a critic, verl's default
 trainer, 3 steps) runs twice on 2 logical GPUs: stock verl (``VERL_SPLIT`` unset) and split placement
 with every overlap (``VERL_SPLIT=1``). For each run: the wall time of the whole ``main_ppo`` process
 (start-up included), the mean step time of steps 2..S, and the peak summed RSS and PSS of its process
@@ -27,11 +27,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl_split import compat, report
-from verl_split.assets import make_tiny_assets
-from verl_split.dry_run import dry_run_overrides, run_environment
-from verl_split.proc_memory import TreeMemorySampler
-from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # proc_memory: a test helper, not in the wheel
+from proc_memory import TreeMemorySampler  # noqa: E402
+
+from verl_split.core import compat
+from verl_split.dryrun import report
+from verl_split.dryrun.assets import make_tiny_assets
+from verl_split.dryrun.recipe import dry_run_overrides, run_environment
+from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
 GIB = 1 << 30
 #: The budgets the dry-run tests used to assert.

@@ -1,6 +1,6 @@
 """Benchmark: the whole PPO step seven ways, side by side, on real verl workers on CPU (no GPU used or needed).
 
-One invocation runs the same CPU dry-run PPO job (``verl_split.dry_run.dry_run_overrides``: GAE with a critic,
+One invocation runs the same CPU dry-run PPO job (``verl_split.dryrun.recipe.dry_run_overrides``: GAE with a critic,
 a reference policy for the KL loss, 2 logical GPUs, verl's ``trainer.use_v1`` by default, ``--trainer v0``
 for ``RayPPOTrainer``) in these configurations (``--configs`` picks some):
 
@@ -42,7 +42,7 @@ time against its budget and move the budgets until each phase has the target wor
 (``--update-ratio``, ``--prep-ratio``, default 1:1; ``--calibration-runs``, default 4; see ``calibrate``).
 Numbers:
 
-- phase table: wall time per phase (``verl_split.report.phase_times``: ``prep`` = old_log_prob + ref +
+- phase table: wall time per phase (``verl_split.dryrun.report.phase_times``: ``prep`` = old_log_prob + ref +
   values, ``updates`` = both updates; with split placement from verl-split's ``split/*`` walls);
 - lanes: each side's own time in the sequential run (``split/actor_update_s``, ``split/critic_update_s``;
   ``split/prep_actor_s`` = old_log_prob + ref, ``split/prep_critic_s`` = values), their ratio, and
@@ -55,7 +55,7 @@ Numbers:
   (``VERL_SPLIT_TRACE``) and the workers' own intervals and CPU time (``tests/plugins/phase_log.py``).
 
 verl's v1 trainer waits for generation by polling every 2 s; in CPU mode verl-split polls every 0.05 s
-(``verl_split/seams/cpu_replay_poll.py``), so ``gen`` is what generating took.
+(``verl_split/runtime/cpu/trainer_hooks.py``), so ``gen`` is what generating took.
 """
 
 from __future__ import annotations
@@ -76,10 +76,10 @@ from pathlib import Path
 import breakdown
 import ceiling
 
-from verl_split import report
-from verl_split.assets import make_tiny_assets
-from verl_split.dry_run import dry_run_overrides, run_environment
-from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
+from verl_split.dryrun import report
+from verl_split.dryrun.assets import make_tiny_assets
+from verl_split.dryrun.recipe import dry_run_overrides, run_environment
+from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
 PLUGINS = Path(__file__).resolve().parents[1] / "tests" / "plugins"
 #: (key, title, VERL_SPLIT, VERL_SPLIT_OVERLAP); VERL_SPLIT None = unset.

@@ -4,7 +4,7 @@
     python scripts/gpu_smoke.py [--steps 3] [--out gpu_smoke] [--skip shared] [-- extra hydra overrides]
 
 Never run in CI (it needs GPUs and verl's GPU stack: `pip install --no-build-isolation 'verl-split[gpu]'`).
-It runs ``python -m verl.trainer.main_ppo`` on the demo's tiny model and data (``verl_split.assets``)
+It runs ``python -m verl.trainer.main_ppo`` on the demo's tiny model and data (``verl_split.dryrun.assets``)
 with vLLM rollout on a real 2-GPU Ray cluster, from the CPU dry run's overrides with the CPU-only ones
 replaced (vLLM instead of the CPU rollout, CUDA, Ray's real GPUs):
 
@@ -16,7 +16,7 @@ replaced (vLLM instead of the CPU rollout, CUDA, Ray's real GPUs):
 
 Each run's verl output goes to ``OUT/<run>/main_ppo.log`` and its per-step metrics to
 ``OUT/<run>/metrics.jsonl``; a run that fails prints the end of its log and the next one starts. At
-the end it prints the table of each phase's wall time (``verl_split.report.phase_table``), and for
+the end it prints the table of each phase's wall time (``verl_split.dryrun.report.phase_table``), and for
 the split runs the update phase per step. What to look at: every run finishes; split runs log
 ``split/overlapped`` 1 (overlaps on) and 0 (off); shared rollout logs ``split/critic_pool_rollout_share``
 above 0 and ``split/shared_rollout_sync_s``; losses of runs 2 and 3 agree.
@@ -72,10 +72,10 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="hydra overrides for every run, applied last")
     args = parser.parse_args()
 
-    from verl_split import report
-    from verl_split.assets import make_tiny_assets
-    from verl_split.dry_run import dry_run_overrides
-    from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics
+    from verl_split.dryrun import report
+    from verl_split.dryrun.assets import make_tiny_assets
+    from verl_split.dryrun.recipe import dry_run_overrides
+    from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics
 
     if shutil.which("nvidia-smi") is None:
         print("gpu_smoke: no nvidia-smi on this machine: this script needs 2 GPUs (see its docstring)", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 ``run_main_ppo`` starts the stock ``python -m verl.trainer.main_ppo`` in a subprocess
 (CPU mode on, the caller's ``VERL_SPLIT*`` untouched) through the demo's runner
-(``verl_split/runner.py``: output to ``main_ppo.log``, the whole process group killed on a
+(``verl_split/dryrun/runner.py``: output to ``main_ppo.log``, the whole process group killed on a
 timeout), samples the memory of its whole process tree while it runs, and reads the
 per-step metrics verl's ``file`` logger wrote.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proc_memory import TreeMemorySampler
 
-from verl_split.assets import TinyAssets, make_tiny_assets
-from verl_split.dry_run import dry_run_overrides, run_environment
-from verl_split.proc_memory import TreeMemorySampler
-from verl_split.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
+from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
+from verl_split.dryrun.recipe import dry_run_overrides, run_environment
+from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,6 +42,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if mark is not None:
             why = mark.kwargs.get("reason", "its coverage is in the default suite")
             item.add_marker(pytest.mark.skip(reason=f"extended ({why}); run with --extended"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state():
+    """Each test reads settings from its own environment and sees every once-only log line: the frozen
+    settings and ``log.once``'s memory are process-wide, so they are reset around every test."""
+    from verl_split.core import log, settings
+
+    settings.thaw()
+    log.forget_once()
+    yield
+    settings.thaw()
+    log.forget_once()
 
 
 @pytest.fixture(scope="session")

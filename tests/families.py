@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from verl_split import compat
-from verl_split.dry_run import default_trainer
+from verl_split.core import compat
+from verl_split.dryrun.recipe import default_trainer
 
 VERSION = compat.installed_version() or "0"
 FAMILY = compat.family_of(VERSION)

@@ -1,7 +1,7 @@
 """Run by tests/test_patches.py in a fresh interpreter whose ``verl`` is an unpacked (and maybe patched) sdist.
 
 ``python patches_probe.py '<json>'`` with ``tree``, ``family``, ``ray_address`` and ``assets`` (the tiny model
-of ``verl_split.assets``, for a config verl's dataclasses accept) prints one JSON line: what verl's per-node
+of ``verl_split.dryrun.assets``, for a config verl's dataclasses accept) prints one JSON line: what verl's per-node
 check said to resource pool specs on the two-node test cluster, and what its batch check said to split
 layouts, called directly and through the TaskRunner (``init_resource_pool_mgr``) that builds the pools.
 With ``"mode": "verl-split"`` (and VERL_SPLIT set) only the stock TaskRunner runs, with verl-split's pools.
@@ -25,7 +25,7 @@ SPECS = {
 
 
 def outcome(call) -> dict:
-    from verl_split.errors import PlacementError  # verl-split's own checks, where the probe runs with it on
+    from verl_split.core.errors import PlacementError  # verl-split's own checks, where the probe runs with it on
 
     try:
         call()
@@ -60,8 +60,8 @@ def per_node_fit() -> dict:
 def config():
     from hydra import compose, initialize_config_dir
 
-    from verl_split.assets import TinyAssets
-    from verl_split.dry_run import dry_run_overrides
+    from verl_split.dryrun.assets import TinyAssets
+    from verl_split.dryrun.recipe import dry_run_overrides
 
     assets = TinyAssets(**ARGS["assets"])
     overrides = dry_run_overrides(assets, n_gpus_per_node=8, family=ARGS["family"])  # one node of 8 GPUs, GAE

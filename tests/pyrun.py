@@ -41,7 +41,7 @@ def run_json(code: str, env: Mapping[str, str] | None = None, timeout: float = 1
 
 #: Code for a snippet's start: counts in ``calls`` how often verl-split is switched on in that process.
 COUNT_ACTIVATIONS = """
-from verl_split import activation
+from verl_split.plugin import activation
 calls = []
 _activate = activation.activate
 def counting(*args, **kwargs):

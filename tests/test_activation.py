@@ -6,20 +6,30 @@ import pytest
 from families import FAMILY
 from pyrun import run_json, run_python
 
-from verl_split import activation, compat
+from verl_split.core import compat
+from verl_split.plugin import activation
+
+pytestmark = pytest.mark.subprocess
 
 #: verl 0.9+ imports the ``verl.plugins`` entry point (the bootstrap) in every process; 0.7/0.8
 #: import nothing of verl-split unless a VERL_SPLIT* variable is set (verl_split_activate.pth).
 ENTRY_POINTS = compat.has_entry_points()
-BOOTSTRAP_ONLY = ["verl_split", "verl_split._bootstrap", "verl_split.errors", "verl_split.settings"]
+BOOTSTRAP_ONLY = [
+    "verl_split",
+    "verl_split._bootstrap",
+    "verl_split.core",
+    "verl_split.core.errors",
+    "verl_split.core.settings",
+]
 UNSET_MODULES = BOOTSTRAP_ONLY if ENTRY_POINTS else []
 
 # Prints a fingerprint of every function and method in the modules verl-split patches:
 # what kind of object each is, where its code lives, and its verl `register` metadata.
 FINGERPRINT = """
-import importlib, inspect, json, re
-from verl_split import compat
-from verl_split.activation import SEAMS
+import importlib, inspect, json, re, sys
+from verl_split.core import compat
+from verl_split.plugin.activation import SEAMS
+FINGERPRINT_MODULES = sorted(m for m in sys.modules if m.startswith("verl_split"))  # what this snippet imports
 
 def fingerprint():
     from verl.single_controller.base.decorator import MAGIC_ATTR
@@ -41,11 +51,7 @@ def fingerprint():
                             out[f"{target}:{name}.{attr}"] = describe(member)
     return out
 
-def layers(obj):
-    n = 0
-    while getattr(obj, "_self_verl_split", False):
-        n, obj = n + 1, obj.__wrapped__
-    return n
+from verl_split.plugin.wrapping import layers
 
 def without_ids(fp):
     return {k: v[:3] for k, v in fp.items()}
@@ -108,14 +114,12 @@ def test_unset_means_stock_and_nothing_heavy_imported(stock):
 import sys, verl
 fp = without_ids(fingerprint())
 mods = sorted(m for m in sys.modules if m.startswith("verl_split"))
-print(json.dumps({"fp": fp, "modules": mods, "wrapt": "wrapt" in sys.modules}))
+print(json.dumps({"fp": fp, "modules": mods, "fingerprint": FINGERPRINT_MODULES}))
 """
     )
     assert result["fp"] == stock
-    # FINGERPRINT itself imports verl_split.activation; everything else must be the stdlib bootstrap.
-    fingerprint_modules = {"verl_split.activation", "verl_split.compat", "verl_split._wrapping", "verl_split.log"}
-    fingerprint_modules |= {"verl_split.preflight"}
-    assert set(result["modules"]) - fingerprint_modules <= set(BOOTSTRAP_ONLY)
+    # FINGERPRINT itself imports verl_split.plugin.activation; everything else must be the stdlib bootstrap.
+    assert set(result["modules"]) - set(result["fingerprint"]) <= set(BOOTSTRAP_ONLY)
     assert "verl_split._startup" not in result["modules"]
 
 
@@ -142,7 +146,7 @@ def test_set_patches_every_seam_when_verl_is_imported(value, stock):
         FINGERPRINT
         + """
 import verl
-from verl_split import activation
+from verl_split.plugin import activation
 fp = without_ids(fingerprint())
 print(json.dumps({"fp": fp, "applied": activation.applied_patches(), "pending": activation.pending_patches()}))
 """,
@@ -164,7 +168,7 @@ def test_patch_after_import_double_activation_and_unpatch(stock):
         + """
 import verl
 before = fingerprint()
-from verl_split import activation
+from verl_split.plugin import activation
 activation.activate()
 activation.activate()                      # a second activation must wrap nothing twice
 import importlib, verl_split._bootstrap

@@ -10,7 +10,7 @@ import sys
 import pytest
 from pyrun import clean_env, run_json
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.subprocess, pytest.mark.ray]
 
 REPORT_FROM_ACTOR = """
 import json, os, ray
@@ -19,7 +19,7 @@ import json, os, ray
 class Probe:
     def report(self):
         import verl  # a verl worker imports verl, which loads verl-split's entry point
-        from verl_split import activation
+        from verl_split.plugin import activation
         return {"pid": os.getpid(), "active": activation.is_active(),
                 "env": os.environ.get("VERL_SPLIT")}
 
@@ -80,7 +80,7 @@ print(json.dumps({{"plain": plain, "forwarded": forwarded}}))
 
 def test_doctor_json_and_ray_after_plain_install():
     proc = subprocess.run(
-        [sys.executable, "-m", "verl_split.cli", "doctor", "--json", "--ray"],
+        [sys.executable, "-m", "verl_split.tools.cli", "doctor", "--json", "--ray"],
         env=clean_env({"VERL_SPLIT": "1"}),
         capture_output=True,
         text=True,
@@ -97,7 +97,7 @@ def test_doctor_json_and_ray_after_plain_install():
 
 def test_doctor_reports_inactive_and_bad_values():
     off = subprocess.run(
-        [sys.executable, "-m", "verl_split.cli", "doctor", "--json"],
+        [sys.executable, "-m", "verl_split.tools.cli", "doctor", "--json"],
         env=clean_env(),
         capture_output=True,
         text=True,
@@ -106,7 +106,7 @@ def test_doctor_reports_inactive_and_bad_values():
     assert off.returncode == 0, off.stderr[-3000:]
     assert json.loads(off.stdout)["active"] is False
     bad = subprocess.run(
-        [sys.executable, "-m", "verl_split.cli", "doctor", "--json"],
+        [sys.executable, "-m", "verl_split.tools.cli", "doctor", "--json"],
         env=clean_env({"VERL_SPLIT": "perhaps"}),
         capture_output=True,
         text=True,
@@ -124,10 +124,13 @@ class Worker:
     def patch(self):
         import json as target
         import verl  # noqa: F401  (verl-split is on in this worker)
-        from verl_split import activation, compat
+        from verl_split.plugin import activation
+        from verl_split.core import compat
         # A seam whose module cannot be loaded: the unexpected-failure path of every seam.
-        broken = activation.Seam("broken", "json", "verl_split.seams.no_such_seam", "split", compat.ANY)
-        activation._apply(broken, target)
+        broken = activation.Seam(
+            "broken", "json", "split", "placement", compat.ANY, apply="verl_split.no_such_seam:patch"
+        )
+        activation.apply(broken, target)
 
 ray.init(num_cpus=1, include_dashboard=False)
 try:
@@ -156,4 +159,4 @@ def test_seam_failing_in_a_worker_reaches_the_drivers_console_with_its_traceback
     console = proc.stdout + proc.stderr
     # The worker's log line, forwarded by Ray, carries the message and the traceback of the cause.
     assert f"verl-split: {message}" in console
-    assert "Traceback" in console and "ModuleNotFoundError: No module named 'verl_split.seams.no_such_seam'" in console
+    assert "Traceback" in console and "ModuleNotFoundError: No module named 'verl_split.no_such_seam'" in console

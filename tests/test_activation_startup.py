@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from pyrun import COUNT_ACTIVATIONS, run_json
 
-from verl_split import compat
+from verl_split.core import compat
+
+pytestmark = pytest.mark.subprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 PTH = "verl_split_activate.pth"
@@ -39,11 +41,7 @@ finders_before = sum(type(f).__name__ == "VerlImportFinder" for f in sys.meta_pa
 {COUNT_ACTIVATIONS}
 import verl
 import verl.utils.device as device
-def layers(obj):
-    n = 0
-    while getattr(obj, "_self_verl_split", False):
-        n, obj = n + 1, obj.__wrapped__
-    return n
+from verl_split.plugin.wrapping import layers
 print(json.dumps({{
     "finders_before": finders_before,
     "finders_after": sum(type(f).__name__ == "VerlImportFinder" for f in sys.meta_path),

@@ -7,7 +7,7 @@ import json
 import pytest
 from test_advise_profiles import NEAR_LINEAR, SUBLINEAR, run_file, stock_step, write_run
 
-from verl_split.cli import main
+from verl_split.tools.cli import main
 
 pytestmark = pytest.mark.unit
 

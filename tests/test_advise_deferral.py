@@ -11,13 +11,13 @@ import pytest
 from test_advise_profiles import FIXED_S, SUBLINEAR, Profile, lane, run_file, split_step, stock_step, write_run
 from test_advise_shared_rollout import costs, model_of
 
-from verl_split.advise import advise
-from verl_split.advise.deferral import DeferralCosts, choose, defer
-from verl_split.advise.model import predict
-from verl_split.advise.runs import read_run
-from verl_split.cli import main
+from verl_split.dryrun.report import phase_times
 from verl_split.placement import Cluster
-from verl_split.report import phase_times
+from verl_split.tools.advise import advise
+from verl_split.tools.advise.deferral import DeferralCosts, choose, defer
+from verl_split.tools.advise.model import predict
+from verl_split.tools.advise.runs import read_run
+from verl_split.tools.cli import main
 
 pytestmark = pytest.mark.unit
 

@@ -10,10 +10,10 @@ import pytest
 from test_advise_profiles import SUBLINEAR, split_step, stock_step, write_run
 from verl_console import config, console_log
 
-from verl_split.advise import advise
-from verl_split.advise.layout import CONFIG, FLAGS, METRICS
-from verl_split.advise.runs import AdviseError, read_run
 from verl_split.placement import Cluster
+from verl_split.tools.advise import advise
+from verl_split.tools.advise.layout import CONFIG, FLAGS, METRICS
+from verl_split.tools.advise.runs import AdviseError, read_run
 
 pytestmark = pytest.mark.unit
 

@@ -14,11 +14,11 @@ import pytest
 from test_advise_profiles import SUBLINEAR, lane, split_step, stock_step, write_run
 from verl_console import CYAN, RESET, STYLES, config, console_log, prefix, step_line
 
-from verl_split.advise import advise
-from verl_split.advise.logs import CONSOLE, CSV, JSONL, read_log
-from verl_split.advise.runs import read_run
-from verl_split.cli import main
 from verl_split.placement import Cluster
+from verl_split.tools.advise import advise
+from verl_split.tools.advise.logs import CONSOLE, CSV, JSONL, read_log
+from verl_split.tools.advise.runs import read_run
+from verl_split.tools.cli import main
 
 pytestmark = pytest.mark.unit
 

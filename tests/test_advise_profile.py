@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from test_advise_profiles import SUBLINEAR, run_file
 
-from verl_split import runner
-from verl_split.advise import profile
-from verl_split.cli import build_parser, main
+from verl_split.dryrun import runner
 from verl_split.placement import Cluster
+from verl_split.tools.advise import profile
+from verl_split.tools.cli import build_parser, main
 
 pytestmark = pytest.mark.unit
 
@@ -27,7 +27,7 @@ def _clean_environment(monkeypatch):
     for name in [*profile.settings.VARIABLES, "RAY_ADDRESS"]:
         monkeypatch.delenv(name, raising=False)
     # Two GPUs on this machine as far as the profile can tell (no torch.cuda query in a unit test).
-    monkeypatch.setattr(profile, "_cuda_device_count", lambda: 2)
+    monkeypatch.setattr(profile, "cuda_device_count", lambda: 2)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -85,7 +85,7 @@ def test_a_cluster_too_small_for_the_split_run(capsys):
 
 
 def test_a_machine_without_the_gpus_is_told_about_cpu_mode(capsys, monkeypatch):
-    monkeypatch.setattr(profile, "_cuda_device_count", lambda: 0)
+    monkeypatch.setattr(profile, "cuda_device_count", lambda: 0)
     code, _, err = advise(capsys, "--profile", *CLUSTER, "--", *JOB)
     assert code == 2 and "this machine has 0 GPUs, the runs need 2" in err and "--cpu" in err
     monkeypatch.setenv("VERL_SPLIT_CPU", "1")  # the user's own job on CPU: no GPU count

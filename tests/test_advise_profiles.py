@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_split.advise import advise
 from verl_split.placement import Cluster
+from verl_split.tools.advise import advise
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from test_advise_profiles import SUBLINEAR, run_file, split_step, stock_step, write_run
 
-from verl_split.advise.runs import AdviseError, lane_times, read_records, read_run
 from verl_split.placement import Cluster
+from verl_split.tools.advise.runs import AdviseError, lane_times, read_records, read_run
 
 pytestmark = pytest.mark.unit
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from test_advise_profiles import SUBLINEAR, Profile, lane, run_file, split_step, write_run
 
-from verl_split.advise import advise
-from verl_split.advise.candidates import rank
-from verl_split.advise.model import FIT_AMDAHL, CostModel, LaneModel, predict
-from verl_split.advise.runs import read_run
-from verl_split.advise.shared import ASSUMED, GIVEN, MEASURED, SharedRolloutCosts
-from verl_split.cli import main
 from verl_split.placement import Cluster
+from verl_split.tools.advise import advise
+from verl_split.tools.advise.candidates import rank
+from verl_split.tools.advise.model import FIT_AMDAHL, CostModel, LaneModel, predict
+from verl_split.tools.advise.runs import read_run
+from verl_split.tools.advise.shared import ASSUMED, GIVEN, MEASURED, SharedRolloutCosts
+from verl_split.tools.cli import main
 
 pytestmark = pytest.mark.unit
 

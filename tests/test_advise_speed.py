@@ -11,8 +11,8 @@ import time
 import pytest
 from verl_console import long_console_log
 
-from verl_split.advise import advise
 from verl_split.placement import Cluster
+from verl_split.tools.advise import advise
 
 pytestmark = pytest.mark.unit
 

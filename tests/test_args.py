@@ -1,10 +1,10 @@
-"""verl_split._args.get_argument: a wrapped call's argument, by position or by name."""
+"""verl_split.plugin.args.get_argument: a wrapped call's argument, by position or by name."""
 
 from __future__ import annotations
 
 import pytest
 
-from verl_split._args import get_argument
+from verl_split.plugin.args import get_argument
 
 pytestmark = pytest.mark.unit
 
@@ -32,22 +32,27 @@ def test_missing_without_default_names_the_parameter():
 
 
 def test_the_seams_read_their_arguments_either_way(monkeypatch):
-    from verl_split.seams import legacy_dispatch, placement_check
+    from verl_split.runtime.overlap import legacy
+    from verl_split.runtime.placement import hooks
 
     def func_generator(self, method_name, dispatch_fn, collect_fn, execute_fn, blocking):
-        return lambda: blocking
+        return lambda: "verl's method"
 
-    seen = [
-        legacy_dispatch._wrap_func_generator(func_generator, None, args, kwargs)()
+    # blocking=DEFERRED by position or by name: the method is wrapped to block for ordinary callers;
+    # any other value (here False): verl's own method, unwrapped.
+    built = [
+        legacy.wrap_func_generator(func_generator, None, args, kwargs)
         for args, kwargs in (
+            ((None, "m", None, None, None, legacy.DEFERRED), {}),
+            ((None, "m", None, None, None), {"blocking": legacy.DEFERRED}),
             ((None, "m", None, None, None, False), {}),
-            ((None, "m", None, None, None), {"blocking": False}),
         )
     ]
-    assert seen == [False, False]
+    assert [isinstance(method, legacy.MaterialisedUnlessDeferred) for method in built] == [True, True, False]
+    assert built[0]() == built[1]() == built[2]() == "verl's method"
 
     checked = []
-    monkeypatch.setattr(placement_check, "check_config", checked.append)
-    placement_check._wrap_auto_set_device(lambda config: None, None, ({"c": 1},), {})
-    placement_check._wrap_auto_set_device(lambda config: None, None, (), {"config": {"c": 2}})
+    monkeypatch.setattr(hooks, "check_config", checked.append)
+    hooks.wrap_auto_set_device(lambda config: None, None, ({"c": 1},), {})
+    hooks.wrap_auto_set_device(lambda config: None, None, (), {"config": {"c": 2}})
     assert checked == [{"c": 1}, {"c": 2}]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from verl_split.assets import make_tiny_assets
-from verl_split.cpu.reward import compute_score
+from verl_split.dryrun.assets import make_tiny_assets
+from verl_split.runtime.cpu.reward import compute_score
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl_split.cpu.rollout import CPUGenerationServer
+from verl_split.runtime.cpu.rollout import CPUGenerationServer
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,13 @@ sees a ``cpu`` device, a device module with the memory and RNG calls, gloo, and 
 
 from __future__ import annotations
 
+import pytest
 from families import FAMILY
 from pyrun import run_json
 
-from verl_split import activation
+from verl_split.plugin import activation
+
+pytestmark = pytest.mark.subprocess
 
 CPU_SEAMS = [s.name for s in activation.seams_for(frozenset({"cpu"}), FAMILY)]
 
@@ -23,7 +26,7 @@ WRAPPED = [
     ("verl.workers.engine.fsdp.transformer_impl", "CPUOffloadPolicy"),
 ]
 if FAMILY not in ("0.7", "0.8"):
-    # v1's replay buffer polls every 0.05 s in CPU mode (seams/cpu_replay_poll.py).
+    # v1's replay buffer polls every 0.05 s in CPU mode (runtime/cpu/trainer_hooks.py).
     WRAPPED += [("verl.trainer.ppo.v1.replay_buffer.ReplayBuffer", "__init__")]
 if FAMILY in ("0.7", "0.8"):
     WRAPPED += [
@@ -45,7 +48,7 @@ import verl.workers.rollout.base as base
 import verl.workers.rollout.replica as replica
 import verl.workers.engine.base as engine_base
 import verl.trainer.constants_ppo  # target of cpu_runtime_env
-from verl_split import _wrapping, activation
+from verl_split.plugin import activation, wrapping
 
 WRAPPED = {WRAPPED!r}
 
@@ -67,7 +70,7 @@ def state():
     import verl.workers.engine.fsdp.transformer_impl  # registers the FSDP engines
     engines = engine_base.EngineRegistry._engines
     return {{
-        "wrapped": {{f"{{path}}.{{attr}}": _wrapping.is_wrapped(owner(path), attr) for path, attr in WRAPPED}},
+        "wrapped": {{f"{{path}}.{{attr}}": wrapping.is_wrapped(owner(path), attr) for path, attr in WRAPPED}},
         "platform": platform_registered(),
         "cpu_engines": sorted(f"{{t}}/{{b}}" for t in engines for b in engines[t] if "cpu" in engines[t][b]),
         "worker_rollout": base._ROLLOUT_REGISTRY.get(("cpu_hf", "async")),
@@ -102,13 +105,13 @@ print(json.dumps(s))
         env={"VERL_SPLIT_CPU": "1"},
     )
     assert all(out["wrapped"].values()), out["wrapped"]
-    assert out["worker_rollout"] == "verl_split.cpu.rollout.CPURolloutAdapter"
+    assert out["worker_rollout"] == "verl_split.runtime.cpu.rollout.CPURolloutAdapter"
     assert out["replica"] and out["replica_cls"] == "CPURolloutReplica"
     assert set(CPU_SEAMS) <= set(out["applied"]), out["applied"]
     assert out["device"] == {
         "name": "cpu",
-        "module": "verl_split.cpu.device",
-        "bound_early": "verl_split.cpu.device",
+        "module": "verl_split.runtime.cpu.device",
+        "bound_early": "verl_split.runtime.cpu.device",
         "memory": [True, 0],
         "rng_restored": True,
     }
@@ -133,11 +136,7 @@ def test_cpu_seams_idempotent_and_reversible():
         + """
 first = state()
 activation.activate(split=False, cpu=True)  # a second activation wraps nothing twice
-def layers(obj):
-    n = 0
-    while getattr(obj, "_self_verl_split", False):
-        n, obj = n + 1, obj.__wrapped__
-    return n
+from verl_split.plugin.wrapping import layers
 depth = [layers(vars(owner(path))[attr]) for path, attr in WRAPPED]
 activation.deactivate()
 print(json.dumps({"first": first, "depth": depth, "after": state()}))

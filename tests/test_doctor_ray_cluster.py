@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from pyrun import clean_env
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.subprocess, pytest.mark.ray, pytest.mark.timeout(300)]
 
 #: The test's cluster runs without Ray's token auth: Ray 2.60 turns it on for `ray start` when
 #: ~/.ray/auth_token exists, and a client given the address (RAY_ADDRESS) does not pick the token up
@@ -130,7 +130,7 @@ def test_doctor_ray_joins_a_running_cluster_without_asking_it_for_resources(ray_
     address, server = ray_start_cluster
     assert _total_cpus(address) == "1.0"
     proc = subprocess.run(
-        [sys.executable, "-m", "verl_split.cli", "doctor", "--json", "--ray"],
+        [sys.executable, "-m", "verl_split.tools.cli", "doctor", "--json", "--ray"],
         env=clean_env({"VERL_SPLIT": "1", "RAY_ADDRESS": address, **NO_TOKEN}),
         capture_output=True,
         text=True,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from importlib import metadata
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.unit
 
 
 def test_no_cuda_packages_and_no_vllm_installed():

@@ -1,24 +1,23 @@
 """The shipped examples and docs against the installed verl and verl-split's own code.
 
-* Every shipped config composes with hydra against the installed verl (``ppo_trainer_split.yaml``,
-  and the overrides ``run_deepseek7b_llm.sh`` passes, taken from running the script with a stand-in
-  interpreter that records its arguments), and the planner accepts it.
-* Every ``VERL_SPLIT*`` variable and every ``split_placement`` key the docs name exists in
-  ``settings.VARIABLES`` / ``placement.CONFIG_KEYS``, and every variable is documented.
-* Every ``verl-split plan`` picture in the example READMEs is what the command prints today.
+* Every shipped config composes with hydra against the installed verl (``ppo_trainer_split.yaml``), and the
+  planner accepts it.
+* Every ``VERL_SPLIT*`` variable and every ``split_placement`` key the docs (README.md, docs/*.md, the example
+  READMEs) name exists in ``settings.VARIABLES`` / ``placement.CONFIG_KEYS``; the reference docs
+  (docs/configuration.md and the example READMEs) document every one.
+* Every ``verl-split plan`` picture in the docs is what the command prints today, and every ``verl-split plan``
+  command line in a ``bash`` block runs.
 
-Fast: hydra composition and the planner only, no Ray and no training (tests/e2e runs those).
+The docs' links and the paths they name: test_docs.py.
+
+Fast: hydra composition and the planner only, no process, no Ray and no training (the scripts:
+test_example_scripts.py; tests/e2e runs the rest).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
-import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,17 +25,22 @@ import yaml
 from omegaconf import OmegaConf
 
 from verl_split import placement as planner
-from verl_split import settings
-from verl_split.assets import TinyAssets
-from verl_split.dry_run import dry_run_overrides
-from verl_split.plan_cli import compose_config
+from verl_split.core import settings
+from verl_split.dryrun.assets import TinyAssets
+from verl_split.dryrun.recipe import dry_run_overrides
+from verl_split.tools.hydra_config import compose_config
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "split_placement"
 CONFIG_DIR = EXAMPLE / "config"
 SPLIT_CONFIG = "ppo_trainer_split"
 EXAMPLE_DOCS = (EXAMPLE / "README.md", EXAMPLE / "README_zh.md")
-ALL_DOCS = (ROOT / "README.md", *EXAMPLE_DOCS)
+#: The docs that document every variable and every config key: the reference, and the guide in both languages.
+REFERENCE_DOCS = (ROOT / "docs" / "configuration.md", *EXAMPLE_DOCS)
+#: Every doc: what they name must exist.
+ALL_DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *EXAMPLE_DOCS)
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +66,6 @@ def spec_of(config) -> dict[str, list[int]]:
 # --------------------------------------------------------------------------- ppo_trainer_split.yaml
 
 
-@pytest.mark.unit
 def test_split_config_is_verls_ppo_trainer_plus_split_placement():
     split = OmegaConf.to_container(compose_split([]), resolve=False)
     stock = OmegaConf.to_container(compose_config("ppo_trainer", None, []), resolve=False)
@@ -70,20 +73,17 @@ def test_split_config_is_verls_ppo_trainer_plus_split_placement():
     assert split == stock
 
 
-@pytest.mark.unit
 def test_split_config_defaults_to_halves_and_plans():
     config = compose_split([])
     assert config.split_placement.placement == "halves"
     assert spec_of(config) == {"actor_rollout_ref_pool": [4], "critic_pool": [4]}
 
 
-@pytest.mark.unit
 def test_split_config_takes_verl_split_placement_from_the_environment(monkeypatch):
     monkeypatch.setenv("VERL_SPLIT_PLACEMENT", "6:2")
     assert spec_of(compose_split(FITS_6_2)) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
 
 
-@pytest.mark.unit
 def test_split_config_override_wins_over_the_environment(monkeypatch):
     monkeypatch.setenv("VERL_SPLIT_PLACEMENT", "6:2")
     config = compose_split(
@@ -92,7 +92,6 @@ def test_split_config_override_wins_over_the_environment(monkeypatch):
     assert spec_of(config) == {"actor_rollout_ref_pool": [3], "critic_pool": [5]}
 
 
-@pytest.mark.unit
 def test_split_config_takes_groups_instead_of_placement():
     config = compose_split(
         [
@@ -104,14 +103,12 @@ def test_split_config_takes_groups_instead_of_placement():
     assert spec_of(config) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
 
 
-@pytest.mark.unit
 def test_split_config_takes_role_groups_quoted_as_the_readme_shows():
     # What the shell hands hydra for 'split_placement.placement="actor,rollout,ref:0-5;critic,reward:6-7"'.
     config = compose_split(['split_placement.placement="actor,rollout,ref:0-5;critic,reward:6-7"', *FITS_6_2])
     assert spec_of(config) == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
 
 
-@pytest.mark.unit
 def test_split_config_takes_the_cpu_dry_run_overrides(tmp_path):
     # Only paths: composing and planning never open them.
     assets = TinyAssets(
@@ -124,63 +121,6 @@ def test_split_config_takes_the_cpu_dry_run_overrides(tmp_path):
     )
     config = compose_split(dry_run_overrides(assets, steps=2, out_dir=tmp_path, n_gpus_per_node=2))
     assert spec_of(config) == {"actor_rollout_ref_pool": [1], "critic_pool": [1]}
-
-
-# --------------------------------------------------------------------------- run_deepseek7b_llm.sh
-
-
-def script_arguments(script: Path, tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> list[str]:
-    """The arguments ``script`` hands its Python interpreter, with every shell variable expanded."""
-    record = tmp_path / "argv.json"
-    stand_in = tmp_path / "python"
-    stand_in.write_text(f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({str(record)!r}, 'w'))\n")
-    stand_in.chmod(stand_in.stat().st_mode | stat.S_IEXEC)
-    run_env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
-    run_env.update(env or {}, PYTHON=str(stand_in), HOME=str(tmp_path))
-    subprocess.run(["bash", str(script), *extra], env=run_env, check=True, capture_output=True)
-    return json.loads(record.read_text())
-
-
-def test_deepseek_script_runs_main_ppo_split_with_verls_keys(tmp_path):
-    argv = script_arguments(EXAMPLE / "run_deepseek7b_llm.sh", tmp_path)
-    assert argv[0] == str(EXAMPLE / "main_ppo_split.py")
-    overrides = argv[1:]
-    assert overrides and all("=" in o and not o.startswith("+") for o in overrides), overrides
-    config = compose_split(overrides)  # a key the installed verl lacks fails here
-    assert config.actor_rollout_ref.rollout.name == "vllm"
-    assert config.actor_rollout_ref.model.path == config.critic.model.path == "deepseek-ai/deepseek-llm-7b-chat"
-    assert config.data.train_files == str(tmp_path / "data" / "gsm8k" / "train.parquet")
-    assert (config.trainer.nnodes, config.trainer.n_gpus_per_node) == (1, 8)
-    plan = planner.plan_from_config(config, env_value="")
-    assert plan.resource_pool_spec == {"actor_rollout_ref_pool": [4], "critic_pool": [4]}
-    assert set(plan.pool("actor_rollout_ref_pool").roles) == {"actor", "rollout", "ref"}
-    # verl's own rules for which roles the run builds (verl's validate_config would also fetch
-    # the model's config from the hub, so it is left to the real run).
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-
-    assert need_reference_policy(config) and need_critic(config)
-
-
-@pytest.mark.parametrize(
-    ("extra", "env"),
-    [
-        (["split_placement.placement=6:2", *FITS_6_2], {}),
-        (FITS_6_2, {"VERL_SPLIT_PLACEMENT": "6:2"}),
-    ],
-    ids=["override", "environment"],
-)
-def test_deepseek_script_takes_the_placement_from_overrides_or_the_environment(tmp_path, monkeypatch, extra, env):
-    # Every layout the header advertises is planned on every family in test_placement_recipe.
-    argv = script_arguments(EXAMPLE / "run_deepseek7b_llm.sh", tmp_path, *extra, env=env)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    config = compose_split(argv[1:])
-    plan = planner.plan_from_config(config, env_value="")
-    assert plan.resource_pool_spec == {"actor_rollout_ref_pool": [6], "critic_pool": [2]}
-
-
-def test_tiny_cpu_script_is_valid_bash():
-    subprocess.run(["bash", "-n", str(EXAMPLE / "run_tiny_cpu.sh")], check=True)
 
 
 # --------------------------------------------------------------------------- the docs against the code
@@ -198,14 +138,12 @@ def _read(doc: Path) -> str:
     return doc.read_text()
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("doc", ALL_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_docs_name_only_variables_that_exist(doc):
     named = set(_VARIABLE.findall(_read(doc)))
     assert named <= set(settings.VARIABLES), f"not in settings.VARIABLES: {sorted(named - set(settings.VARIABLES))}"
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("doc", ALL_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_docs_name_only_split_placement_keys_that_exist(doc):
     text = _read(doc)
@@ -217,9 +155,8 @@ def test_docs_name_only_split_placement_keys_that_exist(doc):
     assert named <= set(planner.CONFIG_KEYS), f"not in CONFIG_KEYS: {sorted(named - set(planner.CONFIG_KEYS))}"
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("doc", ALL_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_docs_document_every_variable(doc):
+@pytest.mark.parametrize("doc", REFERENCE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_reference_docs_document_every_variable(doc):
     # Documented means named in backticks on its own: `VERL_SPLIT_TRACE` (a table row, say);
     # `VERL_SPLIT_TRACE=/tmp/t.json` in a command does not count.
     text = _read(doc)
@@ -227,9 +164,8 @@ def test_docs_document_every_variable(doc):
     assert not missing, f"{doc.relative_to(ROOT)} does not document {missing} (write each as `NAME`)"
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("doc", EXAMPLE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_example_docs_document_every_split_placement_key(doc):
+@pytest.mark.parametrize("doc", REFERENCE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_reference_docs_document_every_split_placement_key(doc):
     text = _read(doc)
     missing = [key for key in planner.CONFIG_KEYS if f"split_placement.{key}" not in text]
     assert not missing, f"{doc.relative_to(ROOT)} does not document split_placement.{missing}"
@@ -242,25 +178,27 @@ def test_example_docs_document_every_split_placement_key(doc):
 _CONSOLE_BLOCK = re.compile(r"^```console\n\$ (.*?)\n(.*?)^```", re.S | re.M)
 
 
+def _doc_id(doc: Path) -> str:
+    return str(doc.relative_to(ROOT))
+
+
 def _plan_blocks() -> list[tuple[str, str, str]]:
     blocks = []
-    for doc in EXAMPLE_DOCS:
+    for doc in ALL_DOCS:
         if doc.exists():
             for command, shown in _CONSOLE_BLOCK.findall(doc.read_text()):
                 if "verl-split plan" in command:
-                    blocks.append((doc.name, command, shown))
+                    blocks.append((_doc_id(doc), command, shown))
     return blocks
 
 
-@pytest.mark.unit
 def test_docs_show_plan_pictures():
     assert len(_plan_blocks()) >= 6, "each placement strategy comes with its `verl-split plan` picture"
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize(("doc", "command", "shown"), [pytest.param(*b, id=f"{b[0]}: {b[1]}") for b in _plan_blocks()])
 def test_docs_plan_pictures_are_what_plan_prints(doc, command, shown, monkeypatch, capsys):
-    from verl_split import cli
+    from verl_split.tools import cli
 
     words = shlex.split(command)
     while "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
@@ -277,19 +215,19 @@ _BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 
 def _plan_commands() -> list[tuple[str, str]]:
     commands = []
-    for doc in EXAMPLE_DOCS:
+    for doc in ALL_DOCS:
         if doc.exists():
             for block in _BASH_BLOCK.findall(doc.read_text()):
                 for line in block.replace("\\\n", " ").splitlines():
                     if line.startswith("verl-split plan"):
-                        commands.append((doc.name, line))
+                        commands.append((_doc_id(doc), line))
     return commands
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize(("doc", "command"), _plan_commands())
 def test_docs_plan_commands_run(doc, command, monkeypatch, capsys):
-    from verl_split import cli
+    from verl_split.tools import cli
 
     monkeypatch.chdir(ROOT)  # the docs give paths from the repository's root
-    assert cli.main(shlex.split(command)[1:]) == 0, f"{doc}: {command}\n{capsys.readouterr().err}"
+    # A trailing `# comment` (the README's) is the shell's, not the command's.
+    assert cli.main(shlex.split(command, comments=True)[1:]) == 0, f"{doc}: {command}\n{capsys.readouterr().err}"

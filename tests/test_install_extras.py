@@ -5,8 +5,8 @@ the installed verl's metadata (``importlib.metadata``). What the GPU path import
 vLLM (the rollout), torch, flash-attn (actor and critic load with ``flash_attention_2``),
 TransferQueue (verl 0.9's v1 TaskRunner, ``verl/trainer/main_ppo.py``), and cupy (shared rollout's
 NCCL weight push, ``verl/checkpoint_engine/nccl_checkpoint_engine.py``). Whether pip resolves the
-line against the package index is checked by hand (README, install section), not here: it needs
-the network.
+line against the package index is checked by hand (docs/configuration.md, Installing for GPUs), not here: it
+needs the network.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from verl_split import compat
+from verl_split.core import compat
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -107,12 +107,18 @@ def test_the_ray_floor_is_below_the_tested_ray_and_above_verls():
     assert floor <= Version(compat.installed_version("ray"))
     verl_ray = [Requirement(r) for r in metadata.requires("verl") or () if Requirement(r).name == "ray"][0]
     verl_floor = Version(re.search(r">=\s*([\d.]+)", str(verl_ray.specifier)).group(1))
-    # Above verl's own only as far as bundle_label_selector needs (pools.py docstring).
+    # Above verl's own only as far as bundle_label_selector needs (runtime/placement/pools.py docstring).
     assert verl_floor <= floor <= Version("2.49"), (verl_floor, floor)
 
 
 @pytest.mark.parametrize(
-    "doc", ["README.md", "examples/split_placement/README.md", "examples/split_placement/README_zh.md"]
+    "doc",
+    [
+        "README.md",
+        "docs/configuration.md",
+        "examples/split_placement/README.md",
+        "examples/split_placement/README_zh.md",
+    ],
 )
 def test_the_docs_install_line_is_the_gpu_extra(doc):
     text = (ROOT / doc).read_text()

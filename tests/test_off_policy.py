@@ -10,9 +10,11 @@ from __future__ import annotations
 import pytest
 from pyrun import run_json, run_python
 
+pytestmark = pytest.mark.subprocess
+
 IMPORT_VERL = """
 import json, sys, verl
-print(json.dumps({"activation": "verl_split.activation" in sys.modules, "wrapt": "wrapt" in sys.modules}))
+print(json.dumps({"activation": "verl_split.plugin.activation" in sys.modules, "wrapt": "wrapt" in sys.modules}))
 """
 
 

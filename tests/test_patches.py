@@ -35,7 +35,9 @@ import pytest
 from pyrun import COUNT_ACTIVATIONS, clean_env
 
 import verl_split
-from verl_split import patches
+from verl_split.plugin import source_patches
+
+pytestmark = pytest.mark.network  # downloads each release's sdist from the package index
 
 HERE = Path(__file__).resolve().parent
 PATCHES = HERE.parent / "patches"
@@ -43,11 +45,11 @@ PYPI_JSON = "https://pypi.org/pypi/verl/json"
 RELEASES = ("0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1")
 #: The patches each release needs: 0.9 loads entry points already.
 EXPECTED = {
-    "0.7.0": [patches.PLUGIN_LOADER, patches.PER_NODE_FIT, patches.BATCH_PER_POOL],
-    "0.7.1": [patches.PLUGIN_LOADER, patches.PER_NODE_FIT, patches.BATCH_PER_POOL],
-    "0.8.0": [patches.PLUGIN_LOADER, patches.PER_NODE_FIT, patches.BATCH_PER_POOL],
-    "0.9.0": [patches.PER_NODE_FIT, patches.BATCH_PER_POOL],
-    "0.9.1": [patches.PER_NODE_FIT, patches.BATCH_PER_POOL],
+    "0.7.0": [source_patches.PLUGIN_LOADER, source_patches.PER_NODE_FIT, source_patches.BATCH_PER_POOL],
+    "0.7.1": [source_patches.PLUGIN_LOADER, source_patches.PER_NODE_FIT, source_patches.BATCH_PER_POOL],
+    "0.8.0": [source_patches.PLUGIN_LOADER, source_patches.PER_NODE_FIT, source_patches.BATCH_PER_POOL],
+    "0.9.0": [source_patches.PER_NODE_FIT, source_patches.BATCH_PER_POOL],
+    "0.9.1": [source_patches.PER_NODE_FIT, source_patches.BATCH_PER_POOL],
 }
 #: verl's own CPU tests of the modules the patches touch, as the sdists ship them: (release, what) -> tests.
 #: None exercises ResourcePoolManager's checks, validate_config, main_ppo's TaskRunner or the plugin loader;
@@ -212,15 +214,15 @@ from importlib import metadata
     + COUNT_ACTIVATIONS
     + """
 import verl
-from verl_split import patches
+from verl_split.plugin import source_patches
 print(json.dumps({
     "verl": verl.__file__,
     "metadata_version": metadata.version("verl"),
     "active": activation.is_active(),
     "activations": len(calls),
     "startup_hook": "verl_split._startup" in sys.modules,
-    "loaded_by": patches.loaded_by(),
-    "patches": patches.report(),
+    "loaded_by": source_patches.loaded_by(),
+    "patches": source_patches.report(),
 }))
 """
 )
@@ -233,12 +235,12 @@ def test_import_verl_activates_verl_split_without_the_startup_file(release, tree
     assert seen["metadata_version"] == release  # the sdist's egg-info: verl-split gates on this release
     assert not seen["startup_hook"]
     assert seen["active"] and seen["activations"] == 1
-    assert seen["loaded_by"] == patches.BY_VERL
+    assert seen["loaded_by"] == source_patches.BY_VERL
     loader = "built in" if family(release) == "0.9" else "patched"
     assert seen["patches"] == {
-        patches.PLUGIN_LOADER: loader,
-        patches.PER_NODE_FIT: "yes",
-        patches.BATCH_PER_POOL: "yes",
+        source_patches.PLUGIN_LOADER: loader,
+        source_patches.PER_NODE_FIT: "yes",
+        source_patches.BATCH_PER_POOL: "yes",
     }
 
 
@@ -246,7 +248,12 @@ def test_unpatched_0_7_does_not_activate_without_the_startup_file(trees):
     seen = run_json_in(trees["control"], ACTIVATION, {"VERL_SPLIT": "1"}, site=False)
     assert seen["metadata_version"] == CONTROL
     assert not seen["active"] and seen["loaded_by"] is None
-    assert seen["patches"] == {patches.PLUGIN_LOADER: "no", patches.PER_NODE_FIT: "no", patches.BATCH_PER_POOL: "no"}
+    nothing = {
+        source_patches.PLUGIN_LOADER: "no",
+        source_patches.PER_NODE_FIT: "no",
+        source_patches.BATCH_PER_POOL: "no",
+    }
+    assert seen["patches"] == nothing
 
 
 def startup_file_installed() -> bool:
@@ -261,7 +268,7 @@ needs_startup_file = pytest.mark.skipif(
 # The activation probe, then `verl-split doctor`'s report of the same process, as text.
 ACTIVATION_AND_DOCTOR = ACTIVATION.replace(
     "print(json.dumps(",
-    "from verl_split import doctor\ndoctor._print_text(doctor.collect_report(), 'this process')\nprint(json.dumps(",
+    "from verl_split import doctor\ndoctor.print_text(doctor.collect_report(), 'this process')\nprint(json.dumps(",
 )
 
 
@@ -280,12 +287,12 @@ def test_startup_hook_stays_out_of_the_way_and_doctor_sees_the_patched_loader(tr
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["startup_hook"]  # the start-up file ran and put its finder before verl ...
     assert seen["active"] and seen["activations"] == 1
-    assert seen["loaded_by"] == patches.BY_VERL  # ... and verl's loader, not the hook, loaded verl-split
+    assert seen["loaded_by"] == source_patches.BY_VERL  # ... and verl's loader, not the hook, loaded verl-split
     lines = [line.strip() for line in proc.stdout.splitlines()]
     assert f"verl              {release}  (supported: 0.7.x, 0.8.x, 0.9.x; tested)" in lines
-    assert f"loaded by         {patches.BY_VERL}" in lines
-    assert any(line.startswith(f"verl patches      {patches.PLUGIN_LOADER}: patched (") for line in lines)
-    assert f"{patches.PER_NODE_FIT}: yes" in lines and f"{patches.BATCH_PER_POOL}: yes" in lines
+    assert f"loaded by         {source_patches.BY_VERL}" in lines
+    assert any(line.startswith(f"verl patches      {source_patches.PLUGIN_LOADER}: patched (") for line in lines)
+    assert f"{source_patches.PER_NODE_FIT}: yes" in lines and f"{source_patches.BATCH_PER_POOL}: yes" in lines
 
 
 @needs_startup_file

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 from verl_split.placement import (
     ACTOR_POOL,
     CRITIC_POOL,
@@ -257,7 +257,7 @@ def test_real_verl_config_plans(verl_config):
 
 @pytest.fixture(scope="module")
 def verl_config():
-    from verl_split.plan_cli import compose_config
+    from verl_split.tools.plan import compose_config
 
     return compose_config("ppo_trainer", None, ["trainer.n_gpus_per_node=8"])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 from verl_split.placement import (
     DEFAULT_READY_TIMEOUT_S,
     Cluster,
@@ -127,7 +127,7 @@ CRITIC_FSDP_KEYS = ("critic.fsdp.fsdp_size", "critic.model.fsdp_config.fsdp_size
 
 @pytest.fixture(scope="module")
 def verl_ppo_config():
-    from verl_split.plan_cli import compose_config
+    from verl_split.tools.plan import compose_config
 
     return compose_config("ppo_trainer", None, ["trainer.n_gpus_per_node=8"])
 

@@ -19,7 +19,7 @@ import pytest
 from test_examples import EXAMPLE, compose_split, script_arguments
 
 from verl_split import placement as planner
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 
 pytestmark = pytest.mark.unit
 
@@ -108,7 +108,7 @@ def test_the_old_advertised_layouts_are_refused_with_the_recipes_batch(monkeypat
 
 def test_the_recipes_6_2_through_verl_split_plan(tmp_path, monkeypatch, capsys):
     """The recipe's own settings with 6:2, as `verl-split plan` takes them: the issue's case."""
-    from verl_split import cli
+    from verl_split.tools import cli
 
     monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
     argv = script_arguments(SCRIPT, tmp_path)

@@ -1,7 +1,7 @@
 """The placement seams in fresh interpreters: v1 trainer, v0 TaskRunner, the launch-time check.
 
 Each runs verl's own pool-building method on a config composed from verl's ``ppo_trainer``
-(no Ray cluster needed: pools are only described here; ``test_pools_multinode`` creates them).
+(no Ray cluster needed: pools are only described here; ``test_pools.py`` creates them).
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 from pyrun import run_json, run_python
 
-from verl_split import compat
+from verl_split.core import compat
+
+pytestmark = pytest.mark.subprocess
 
 VERSION = compat.installed_version() or "0"
 FAMILY = compat.family_of(VERSION)
@@ -23,7 +25,7 @@ SETUP = """
 import json
 # Batch sizes 6 + 2 GPUs per node split evenly (the planner checks the job's batch per pool).
 FITS_6_2 = ["data.train_batch_size=1152", "actor_rollout_ref.actor.ppo_mini_batch_size=384"]
-from verl_split.plan_cli import compose_config
+from verl_split.tools.plan import compose_config
 def cfg(*overrides):
     return compose_config("ppo_trainer", None, ["trainer.nnodes=2", "trainer.n_gpus_per_node=8", *overrides])
 def describe(manager):
@@ -86,7 +88,7 @@ V0 = (
     SETUP
     + """
 import verl.trainer.main_ppo_v0 as v0
-from verl_split import activation
+from verl_split.plugin import activation
 config = cfg("+split_placement.placement=6:2", "reward.reward_model.enable=true", *FITS_6_2)
 runner = v0.BaseTaskRunner()
 runner.add_actor_rollout_worker(config)
@@ -122,7 +124,7 @@ LEGACY_TRAINER = (
     + """
 import verl.trainer.main_ppo as main_ppo
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-from verl_split import activation
+from verl_split.plugin import activation
 class Trainer(RayPPOTrainer):
     def _create_dataloader(self, *args, **kwargs): ...  # no data here: only the pool wiring runs
 def build(config):
@@ -184,14 +186,10 @@ def test_patch_before_and_after_import_and_twice():
     import importlib, json
     targets = {targets!r}
     owners = [getattr(importlib.import_module(m), o) if o else importlib.import_module(m) for m, o, _ in targets]
-    from verl_split import activation
+    from verl_split.plugin import activation
     activation.activate(split=True)
     activation.activate(split=True)
-    def layers(obj):
-        n = 0
-        while getattr(obj, "_self_verl_split", False):
-            n, obj = n + 1, obj.__wrapped__
-        return n
+    from verl_split.plugin.wrapping import layers
     print(json.dumps([layers(vars(owner)[attr]) for owner, (_, _, attr) in zip(owners, targets)]))
     """
     expected = [1] * len(targets)
@@ -201,7 +199,7 @@ def test_patch_before_and_after_import_and_twice():
 
 def test_bad_placement_stops_the_launch_before_ray_starts():
     code = """
-    from verl_split.plan_cli import compose_config
+    from verl_split.tools.plan import compose_config
     from verl.utils.device import auto_set_device
     import ray
     config = compose_config("ppo_trainer", None, ['+split_placement.placement="actor:0-3;rollout:4-7"'])
@@ -273,7 +271,7 @@ def test_the_trainers_planner_refuses_before_any_pool_exists():
         V1.split("out = {}")[0]
         + """
 import ray
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 trainer = Trainer.__new__(Trainer)
 trainer.config = compose_config("ppo_trainer", None, %r)
 try:

@@ -9,12 +9,14 @@ import sys
 import pytest
 from pyrun import clean_env
 
-from verl_split import compat
+from verl_split.core import compat
+
+pytestmark = pytest.mark.subprocess
 
 
 def plan(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "verl_split.cli", "plan", *args],
+        [sys.executable, "-m", "verl_split.tools.cli", "plan", *args],
         env=clean_env(env),
         capture_output=True,
         text=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from verl_split import compat
+from verl_split.core import compat
 
 pytestmark = pytest.mark.unit
 

@@ -7,12 +7,15 @@ on the installed family (entry point on 0.9, start-up hook on 0.7/0.8): test_off
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from verl_split import activation, compat, log, settings
-from verl_split.errors import ActivationFailed, SettingsError, activation_failed
+from verl_split.core import compat, log, settings
+from verl_split.core.errors import ActivationFailed, SettingsError, activation_failed
+from verl_split.plugin import activation
 
 pytestmark = pytest.mark.unit
 
@@ -58,7 +61,6 @@ def test_on_validates_every_value():
 
 
 def test_settings_are_frozen_at_activation(monkeypatch):
-    monkeypatch.setattr(settings, "_frozen", None)
     frozen = settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_OVERLAP": "prep"})
     settings.freeze(frozen)
     # A variable set mid-run (even a bad one) changes nothing the adapters read.
@@ -68,14 +70,17 @@ def test_settings_are_frozen_at_activation(monkeypatch):
     assert not settings.current().overlap and settings.current().overlap_prep
 
 
-def test_adapters_read_the_frozen_settings():
-    # overlap.py / prep_overlap.py / step_metrics.py read settings.current(), not the environment.
-    import inspect
-
-    from verl_split import overlap, prep_overlap, step_metrics
-
-    for module in (overlap, prep_overlap, step_metrics):
-        assert "settings.read(" not in inspect.getsource(module), module.__name__
+def test_the_runtime_reads_the_frozen_settings():
+    """Code that runs inside verl's processes (runtime/, the planner) reads ``settings.current()``, frozen at
+    activation, never the environment: a variable changed mid-run changes nothing (settings.py says why)."""
+    package = Path(settings.__file__).resolve().parents[1]
+    readers = []
+    for folder in ("runtime", "placement"):
+        for path in (package / folder).rglob("*.py"):
+            text = path.read_text()
+            if "settings.read(" in text or re.search(r"environ[^\n]*[\"']VERL_SPLIT", text):
+                readers.append(str(path.relative_to(package)))
+    assert readers == [], f"runtime modules reading VERL_SPLIT* themselves: {readers}"
 
 
 @pytest.fixture

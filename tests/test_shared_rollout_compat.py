@@ -1,4 +1,4 @@
-"""Shared rollout's version-dependent parts (verl_split/shared_rollout.py) on every 0.9 release and main.
+"""Shared rollout's version-dependent parts (verl_split/runtime/shared_rollout/) on every 0.9 release and main.
 
 verl 0.9.0 and main@1dda039 keep ``GlobalRequestLoadBalancer`` in ``llm_server.py`` and store
 ``load_balancer_cls or GlobalRequestLoadBalancer`` (never None); 0.9.1 moved the class to ``router.py`` and
@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_split import compat
+from verl_split.core import compat
 
 if not compat.verl_in(compat.SHARED_ROLLOUT):
     pytest.skip("shared rollout is built on verl 0.9", allow_module_level=True)
 
-from verl_split import shared_rollout  # noqa: E402
+from verl_split.runtime.shared_rollout import both_pools, coordinator  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -30,23 +30,23 @@ def manager(load_balancer_cls, router_config_path=None):
 
 
 def test_verls_own_balancer_is_told_whether_stored_as_none_or_as_its_class():
-    balancer = shared_rollout.GlobalRequestLoadBalancer
-    assert shared_rollout._default_balancer(manager(None))  # 0.9.1
-    assert shared_rollout._default_balancer(manager(balancer))  # 0.9.0, main@1dda039
+    balancer = coordinator.GlobalRequestLoadBalancer
+    assert coordinator.uses_verls_balancer(manager(None))  # 0.9.1
+    assert coordinator.uses_verls_balancer(manager(balancer))  # 0.9.0, main@1dda039
 
 
 def test_a_custom_balancer_or_router_config_keeps_its_own_routing():
-    class Custom(shared_rollout.GlobalRequestLoadBalancer):
+    class Custom(coordinator.GlobalRequestLoadBalancer):
         pass
 
-    assert not shared_rollout._default_balancer(manager(Custom))
-    assert not shared_rollout._default_balancer(manager(None, router_config_path="router.yaml"))
+    assert not coordinator.uses_verls_balancer(manager(Custom))
+    assert not coordinator.uses_verls_balancer(manager(None, router_config_path="router.yaml"))
 
 
 def test_the_balancer_comes_from_llm_server_which_every_0_9_release_has():
     from verl.workers.rollout import llm_server
 
-    assert shared_rollout.GlobalRequestLoadBalancer is llm_server.GlobalRequestLoadBalancer
+    assert coordinator.GlobalRequestLoadBalancer is llm_server.GlobalRequestLoadBalancer
 
 
 class Recording:
@@ -59,7 +59,7 @@ class Recording:
 
 def test_abort_replicas_passes_on_what_the_trainer_gave():
     hybrid, shared = Recording(), Recording()
-    both = shared_rollout.BothPoolsCheckpointManager(SimpleNamespace(), hybrid, shared, None)
+    both = both_pools.BothPoolsCheckpointManager(SimpleNamespace(), hybrid, shared, None)
     both.abort_replicas()  # 0.9.0's trainers: no reject_request
     both.abort_replicas(reject_request=True)  # 0.9.1's
     assert hybrid.calls == shared.calls == [((), {}), ((), {"reject_request": True})]

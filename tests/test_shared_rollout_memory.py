@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from verl_split import cli
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 from verl_split.placement import memory, plan_from_config
+from verl_split.tools import cli
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from verl_split import compat, settings
-from verl_split.errors import ActivationFailed, PlacementError, SettingsError
+from verl_split.core import compat, settings
+from verl_split.core.errors import ActivationFailed, PlacementError, SettingsError
 from verl_split.placement import (
     ACTOR_POOL,
     CRITIC_POOL,
@@ -35,7 +35,6 @@ def _verl_09_and_a_clean_environment(monkeypatch):
     # The release check reads the installed verl; 0.9.1 here unless a test says otherwise.
     monkeypatch.setattr(compat, "installed_version", lambda distribution="verl": "0.9.1")
     # Nothing frozen, no VERL_SPLIT* from the developer's shell: settings.current() reads an empty environment.
-    monkeypatch.setattr(settings, "_frozen", None)
     for name in settings.VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
@@ -99,7 +98,7 @@ def test_the_config_key_wins_over_the_environment():
 
 def test_without_a_value_the_frozen_settings_decide(monkeypatch):
     assert shared_rollout_from_config(config(shared=None)) is False
-    monkeypatch.setattr(settings, "_frozen", settings.Settings(enabled=True, shared_rollout=True))
+    settings.freeze(settings.Settings(enabled=True, shared_rollout=True))
     assert shared_rollout_from_config(config(shared=None)) is True
     assert plan_from_config(config(shared=None), "").shared_rollout is True
 
@@ -297,7 +296,7 @@ def test_the_launching_process_stops_before_ray(monkeypatch):
     # placement_check runs plan_from_config on main_ppo's config in the launching process.
     from verl_split.seams.placement_check import check_config
 
-    monkeypatch.setattr(settings, "_frozen", settings.Settings(enabled=True, shared_rollout=True))
+    settings.freeze(settings.Settings(enabled=True, shared_rollout=True))
     cfg = with_placement(config(shared=None), "all")
     with pytest.raises(ActivationFailed, match="split placement: shared rollout puts rollout replicas"):
         check_config(cfg)
@@ -335,7 +334,7 @@ def test_the_picture_is_unchanged_when_off():
     not compat.verl_in(compat.SHARED_ROLLOUT), reason="shared rollout is verl 0.9's; older configs have no v1 trainer"
 )
 def test_the_installed_verls_config(monkeypatch):
-    from verl_split.plan_cli import compose_config
+    from verl_split.tools.hydra_config import compose_config
 
     base = ["trainer.n_gpus_per_node=8", "+split_placement.shared_rollout=true"]
     plan = plan_from_config(compose_config("ppo_trainer", None, base), "")  # rollout tp 2 by default

@@ -1,4 +1,4 @@
-"""Fast tests of shared rollout's coordination (verl_split/shared_rollout.py).
+"""Fast tests of shared rollout's coordination (verl_split/runtime/shared_rollout/coordinator.py).
 
 Fakes of verl's two checkpoint managers, on purpose: they record the calls the trainer's
 ``checkpoint_manager`` passes on, in order, so these tests check our logic -- which manager gets
@@ -13,17 +13,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl_split import compat
+from verl_split.core import compat
 
 if not compat.verl_in(compat.SHARED_ROLLOUT):
     pytest.skip("shared rollout is built on verl 0.9's load balancer and managers", allow_module_level=True)
 
-from verl_split import shared_rollout  # noqa: E402
-from verl_split.shared_rollout import (  # noqa: E402
-    BothPoolsCheckpointManager,
-    CountingLoadBalancer,
-    SharedRolloutError,
-)
+from verl_split.runtime.shared_rollout import both_pools  # noqa: E402
+from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager, SharedRolloutError  # noqa: E402
+from verl_split.runtime.shared_rollout.coordinator import CountingLoadBalancer  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -81,8 +78,8 @@ def replica(rank: int, address: str):
 
 @pytest.fixture
 def both(monkeypatch):
-    monkeypatch.setattr(shared_rollout.ray, "get", lambda value, **_: value)  # the fakes answer directly
-    monkeypatch.setattr(shared_rollout, "_dead_replicas", lambda replicas: [r.replica_rank for r in replicas])
+    monkeypatch.setattr(both_pools.ray, "get", lambda value, **_: value)  # the fakes answer directly
+    monkeypatch.setattr(both_pools, "dead_replicas", lambda replicas: [r.replica_rank for r in replicas])
     journal: list = []
     trainer = SimpleNamespace()
     hybrid = FakeManager("hybrid", journal, [replica(0, "cpu-rollout-0")])
@@ -104,15 +101,15 @@ def test_the_push_wakes_then_fills_the_critic_pool_replicas_before_the_stock_syn
         ("shared", "update_weights", 3),
         ("hybrid", "update_weights", 3),
     ]
-    assert both.trainer._pending_sync_metrics[shared_rollout.SYNC_METRIC] >= 0.0  # recorded; its size is not tested
+    assert both.trainer._pending_sync_metrics[both_pools.SYNC_METRIC] >= 0.0  # recorded; its size is not tested
 
 
 def test_after_generation_both_sleep_and_the_share_is_the_critic_pool_s_requests(both):
     both.manager.sleep_replicas()
     assert both.journal == [("hybrid", "sleep_replicas"), ("shared", "sleep_replicas")]
-    assert both.trainer._pending_sync_metrics == {shared_rollout.SHARE_METRIC: 2 / 8}
+    assert both.trainer._pending_sync_metrics == {both_pools.SHARE_METRIC: 2 / 8}
     both.manager.sleep_replicas()  # nothing routed since: no share, the last one stays pending
-    assert both.trainer._pending_sync_metrics == {shared_rollout.SHARE_METRIC: 2 / 8}
+    assert both.trainer._pending_sync_metrics == {both_pools.SHARE_METRIC: 2 / 8}
 
 
 def test_the_metrics_join_what_verl_already_has_pending(both):
@@ -121,8 +118,8 @@ def test_the_metrics_join_what_verl_already_has_pending(both):
     both.manager.update_weights(1)
     assert set(both.trainer._pending_sync_metrics) == {
         "delta/changed_ratio",
-        shared_rollout.SHARE_METRIC,
-        shared_rollout.SYNC_METRIC,
+        both_pools.SHARE_METRIC,
+        both_pools.SYNC_METRIC,
     }
 
 
@@ -166,14 +163,14 @@ def test_a_validation_s_requests_do_not_count_in_the_next_step(both):
     assert both.manager.take_routed() == {"cpu-rollout-1": 5}  # what the _validate seam drops
     both.balancer.routed = {"cpu-rollout-0": 1, "cpu-rollout-1": 1}
     both.manager.sleep_replicas()
-    assert both.trainer._pending_sync_metrics[shared_rollout.SHARE_METRIC] == 0.5
+    assert both.trainer._pending_sync_metrics[both_pools.SHARE_METRIC] == 0.5
 
 
 def test_under_a_custom_router_the_share_is_not_measured(both):
     manager = BothPoolsCheckpointManager(both.trainer, both.manager.hybrid, both.shared, None)
     manager.sleep_replicas()
     assert manager.take_routed() == {}
-    assert shared_rollout.SHARE_METRIC not in (getattr(both.trainer, "_pending_sync_metrics", None) or {})
+    assert both_pools.SHARE_METRIC not in (getattr(both.trainer, "_pending_sync_metrics", None) or {})
 
 
 def test_the_counting_balancer_counts_each_routed_request_once():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from verl_split.timeline import Timeline
+from verl_split.runtime.metrics.timeline import Timeline
 
 pytestmark = pytest.mark.unit
 

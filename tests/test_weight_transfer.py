@@ -1,4 +1,4 @@
-"""verl-split's CPU checkpoint engine (verl_split/cpu/weight_transfer.py) through verl's protocol.
+"""verl-split's CPU checkpoint engine (verl_split/runtime/cpu/weight_transfer.py) through verl's protocol.
 
 The calls ``CheckpointEngineManager.update_weights`` makes (``verl/checkpoint_engine/base.py``),
 in its order, on engines made by verl's own ``CheckpointEngineRegistry``: prepare on every rank,
@@ -14,7 +14,7 @@ import asyncio
 import pytest
 import torch
 
-from verl_split import compat
+from verl_split.core import compat
 
 if not compat.verl_in(compat.SHARED_ROLLOUT):
     pytest.skip("the engine is for shared rollout, on verl 0.9", allow_module_level=True)
@@ -22,7 +22,9 @@ if not compat.verl_in(compat.SHARED_ROLLOUT):
 import ray  # noqa: E402
 from verl.checkpoint_engine.base import CheckpointEngineRegistry  # noqa: E402
 
-from verl_split.cpu import weight_transfer  # noqa: E402
+from verl_split.runtime.cpu import weight_transfer  # noqa: E402
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.ray]
 
 
 @pytest.fixture(scope="module", autouse=True)

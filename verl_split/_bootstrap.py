@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from verl_split import settings
-from verl_split.errors import VerlSplitError, activation_failed
+from verl_split.core import settings
+from verl_split.core.errors import VerlSplitError, activation_failed
 
 
 def _importer() -> str:
@@ -42,7 +42,7 @@ def activate_from_environment() -> bool:
         raise activation_failed(str(exc)) from exc
     if not wanted.any_active:
         return False
-    from verl_split import activation  # imports wrapt: only in runs that asked for us
+    from verl_split.plugin import activation  # imports wrapt: only in runs that asked for us
 
     try:
         activation.activate(split=wanted.enabled, cpu=wanted.cpu, frozen=wanted)

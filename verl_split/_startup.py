@@ -8,7 +8,7 @@ variable starting with ``VERL_SPLIT`` is in the environment, it imports this mod
 which puts one finder on ``sys.meta_path``. When ``verl`` is imported the finder lets
 verl's own loader run ``verl/__init__.py`` and then imports ``verl_split._bootstrap``,
 the very module the 0.9 entry point names, unless that ``verl/__init__.py`` loads entry
-points itself (``patches.loads_entry_points``: verl 0.9+, or a 0.7/0.8 source build with
+points itself (``source_patches.loads_entry_points``: verl 0.9+, or a 0.7/0.8 source build with
 ``patches/<version>/0001-plugin-entry-points.patch``, found by feature because a source
 build keeps its release's version); then verl's loader and its policy decide. Any
 ``VERL_SPLIT*`` name triggers it, like the entry point, so both paths apply the same
@@ -48,9 +48,9 @@ class _BootstrapAfterVerl(importlib.abc.Loader):
         self._loader.exec_module(module)
         if "verl_split._bootstrap" in sys.modules:
             return  # verl's loader (0.9, or 0.7/0.8 with the loader patch) or VERL_USE_EXTERNAL_MODULES did
-        from verl_split import patches  # standard library + packaging only
+        from verl_split.plugin import source_patches  # standard library + packaging only
 
-        if patches.loads_entry_points(module):
+        if source_patches.loads_entry_points(module):
             return  # verl loads entry points, and its own policy (VERL_USE_EXTERNAL_PLUGINS) said no
         # Raises ActivationFailed (a SystemExit) on a bad setting or an unsupported verl:
         # `import verl` then fails with verl-split's message, as with the entry point.

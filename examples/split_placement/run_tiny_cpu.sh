@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PPO with split placement on CPU, no GPU needed: main_ppo_split.py with a tiny model that
-# verl_split.assets makes locally (nothing downloaded). Two logical GPUs on one node: with the
+# verl_split.dryrun.assets makes locally (nothing downloaded). Two logical GPUs on one node: with the
 # default placement (halves) the actor, rollout and ref get one, the critic the other, and the
 # two updates of every step run at the same time. A few minutes on a laptop.
 #
@@ -29,8 +29,8 @@ ASSETS="${ASSETS:-$OUT/assets}"  # made once, reused while their version matches
 import os
 import sys
 
-from verl_split.assets import make_tiny_assets
-from verl_split.dry_run import dry_run_overrides, run_environment
+from verl_split.dryrun.assets import make_tiny_assets
+from verl_split.dryrun.recipe import dry_run_overrides, run_environment
 
 out, steps, gpus, assets_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 assets = make_tiny_assets(assets_dir)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 from families import DEFAULT_TRAINER, FAMILY
 
-from verl_split.dry_run import dry_run_overrides
+from verl_split.dryrun.recipe import dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from verl_split.advise.logs import CONSOLE
-from verl_split.advise.runs import read_run
+from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, read_metrics
 from verl_split.placement import Cluster
-from verl_split.runner import LOG_FILE, METRICS_FILE, read_metrics
+from verl_split.tools.advise.logs import CONSOLE
+from verl_split.tools.advise.runs import read_run
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +32,7 @@ def demo(tiny_assets, tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
     env["VERL_SPLIT"] = "1"  # as `make demo` sets it
-    command = [sys.executable, "-m", "verl_split.cli", "demo", "--compare", "--steps", str(STEPS)]
+    command = [sys.executable, "-m", "verl_split.tools.cli", "demo", "--compare", "--steps", str(STEPS)]
     command += ["--out", str(out), "--assets", str(tiny_assets.root)]
     return out, subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
@@ -66,7 +66,7 @@ def test_advise_reads_the_demos_real_runs(demo):
     (the --profile run itself: test_advise_e2e.py, extended). The demo's runs: no training of its own."""
     out, proc = demo
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    command = [sys.executable, "-m", "verl_split.cli", "advise", str(out / "stock" / METRICS_FILE)]
+    command = [sys.executable, "-m", "verl_split.tools.cli", "advise", str(out / "stock" / METRICS_FILE)]
     command += [str(out / "sequential" / METRICS_FILE), "--nnodes", "1", "--n-gpus-per-node", "2", "--json"]
     advised = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert advised.returncode == 0, advised.stderr
@@ -95,7 +95,7 @@ def test_advise_reads_the_demos_console_output_as_its_metrics(demo):
         assert from_log.fixed.mean == pytest.approx(from_jsonl.fixed.mean, rel=0.01, abs=1e-3)
 
     def advised(name: str) -> dict:
-        command = [sys.executable, "-m", "verl_split.cli", "advise", str(out / "stock" / name)]
+        command = [sys.executable, "-m", "verl_split.tools.cli", "advise", str(out / "stock" / name)]
         command += [str(out / "sequential" / name), "--nnodes", "1", "--n-gpus-per-node", "2", "--json"]
         run = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr

@@ -1,7 +1,7 @@
 """``examples/split_placement/main_ppo_split.py`` trains on CPU with no ``VERL_SPLIT`` in the shell.
 
 Runs the example the way a user does, ``bash run_tiny_cpu.sh``, which makes the tiny assets and
-starts ``main_ppo_split.py`` with the CPU dry run's overrides (verl_split/demo.py): real verl, Ray,
+starts ``main_ppo_split.py`` with the CPU dry run's overrides (verl_split/tools/demo.py): real verl, Ray,
 torch and FSDP2 workers; the rollout engine is verl-split's CPU stand-in for vLLM. The script
 switches verl-split on by itself, so the pools and the overlapped updates prove it was on in the
 launching process, in the TaskRunner and in the workers.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_split.runner import METRICS_FILE, read_metrics, run_logged
+from verl_split.dryrun.runner import METRICS_FILE, read_metrics, run_logged
 
 pytestmark = pytest.mark.e2e
 

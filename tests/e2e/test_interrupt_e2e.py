@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from conftest import plugin_env
 
-from verl_split.dry_run import dry_run_overrides, run_environment
-from verl_split.runner import main_ppo_command
+from verl_split.dryrun.recipe import dry_run_overrides, run_environment
+from verl_split.dryrun.runner import main_ppo_command
 
 pytestmark = pytest.mark.e2e
 

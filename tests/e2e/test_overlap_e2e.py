@@ -20,7 +20,7 @@ import torch
 from conftest import PPORun, plugin_env, run_main_ppo
 from families import DEFAULT_TRAINER, extended_on
 
-from verl_split.dry_run import dry_run_overrides
+from verl_split.dryrun.recipe import dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 

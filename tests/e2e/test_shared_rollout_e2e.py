@@ -3,7 +3,7 @@ and ``VERL_SPLIT_SHARED_ROLLOUT=1``, placement ``halves`` on 2 logical GPUs (one
 
 verl 0.9's v1 trainer (its default). Stand-ins, as in every CPU dry run: verl-split's CPU rollout
 (Hugging Face ``generate`` for vLLM) and its object-store checkpoint engine for verl's NCCL one
-(``verl_split/cpu/weight_transfer.py``), which runs verl's whole weight-push protocol. The run
+(``verl_split/runtime/cpu/weight_transfer.py``), which runs verl's whole weight-push protocol. The run
 without shared rollout it is compared with is the shared split-halves run (tests/conftest.py):
 same job, same seeds.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import HALVES_STEPS, halves_overrides, plugin_env, run_main_ppo
 
-from verl_split import compat
+from verl_split.core import compat
 
 pytestmark = [
     pytest.mark.e2e,

@@ -1,6 +1,6 @@
 """Stock ``python -m verl.trainer.main_ppo`` on CPU with ``VERL_SPLIT=1``: the critic on its own pool.
 
-Uses the CPU dry run's runner and overrides (tests/conftest.py, verl_split/demo.py): real verl,
+Uses the CPU dry run's runner and overrides (tests/conftest.py, verl_split/tools/demo.py): real verl,
 Ray, torch and FSDP2 workers; the rollout engine is verl-split's CPU stand-in for vLLM.
 Two logical GPUs: ``halves`` puts the actor (with rollout and ref) on one, the critic on the other,
 each pool in its own placement group pinned to its planned node.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_split.dry_run import dry_run_overrides
+from verl_split.dryrun.recipe import dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 

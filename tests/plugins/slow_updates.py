@@ -101,7 +101,7 @@ def _patch_legacy(module):
 # next step's generation meets a dead server, as after a crash between two steps. Done in the
 # trainer: where verl loads this plugin while the server's own module is half-imported, that
 # module cannot be patched yet.
-@wrapt.when_imported("verl_split.shared_rollout")
+@wrapt.when_imported("verl_split.runtime.shared_rollout.both_pools")
 def _patch_shared_rollout(module):
     knob = os.environ.get("SLOW_ROLLOUT_KILL")
     # Only the trainer's process: in the balancer's, verl loads this plugin while the module is half-imported.
@@ -115,7 +115,7 @@ def _patch_shared_rollout(module):
         if global_steps == step:
             import ray
 
-            from verl_split.cpu.rollout import server_name
+            from verl_split.runtime.cpu.rollout import server_name
 
             ray.kill(ray.get_actor(server_name(rank)))
             _log({"phase": "rollout", "killed": server_name(rank), "after_push_of_step": step, "at": time.time()})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl_split.core import compat
 from verl_split.placement.model import (
     ACTOR_MINI,
     BATCH_KEYS,
@@ -19,14 +20,14 @@ from verl_split.placement.model import (
 )
 
 #: The families whose rules are known, oldest first.
-FAMILIES: tuple[str, ...] = ("0.7", "0.8", "0.9")
+FAMILIES: tuple[str, ...] = compat.SUPPORTED_FAMILIES
 #: Where each role's training keys live, and its engine block (Ulysses size, Megatron sizes).
 _ROLE_PREFIX = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
 _FSDP_BLOCKS = {"actor": ("fsdp_config",), "ref": ("fsdp_config",), "critic": ("fsdp", "model.fsdp_config")}
 
 
 def installed_family() -> str | None:
-    from verl_split import compat
+    from verl_split.core import compat
 
     version = compat.installed_version()
     if version is None:
@@ -39,16 +40,16 @@ def installed_family() -> str | None:
 
 def batch_from_config(config: Any, family: str | None = None) -> BatchConfig | None:
     """The run's batch: None when the config has no train batch size (nothing to check)."""
-    from verl_split.placement.verl_config import select_key
+    from verl_split.placement.config_keys import select_key
 
     if select_key(config, "data.train_batch_size") is None:
         return None
     family = family or installed_family() or FAMILIES[-1]
     if family not in FAMILIES:
         family = FAMILIES[-1] if family > FAMILIES[-1] else FAMILIES[0]
-    if family == "0.9":
+    if compat.family_in(family, compat.V1_TRAINER):
         rules = "v0" if select_key(config, "trainer.use_v1", True) is False else "v1"
-    elif family == "0.8":
+    elif compat.family_in(family, compat.ENGINE_WORKERS):
         rules = "v0"
     else:
         impl = str(select_key(config, "trainer.use_legacy_worker_impl", "auto"))
@@ -94,7 +95,7 @@ def _int(value: Any) -> int | None:
 
 def _divisor(config: Any, role: str) -> tuple[int, bool]:
     """What splits the role's pool besides data parallelism: Ulysses (FSDP), tp x pp x cp (Megatron)."""
-    from verl_split.placement.verl_config import select_key
+    from verl_split.placement.config_keys import select_key
 
     prefix = _ROLE_PREFIX[role]
     strategy = str(select_key(config, f"{prefix}.strategy", "") or "")

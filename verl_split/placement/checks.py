@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 from verl_split.placement.model import Plan, Requirements
 
 

@@ -36,7 +36,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 from verl_split.placement.model import Plan
 
 GIB = 1024**3
@@ -111,7 +111,7 @@ class MemoryEstimate:
 
 
 def estimate(config: Any, critic_gpus: int, gpu_gb: float | None, critic_params: float | None) -> MemoryEstimate:
-    from verl_split.placement.verl_config import select_key
+    from verl_split.placement.config_keys import select_key
 
     fsdp = next((b for b in ("critic.fsdp", "critic.model.fsdp_config") if select_key(config, b) is not None), None)
     shards = critic_gpus

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 
 ROLES: tuple[str, ...] = ("actor", "rollout", "ref", "critic", "reward")
 #: Roles that live in the actor's worker in verl 0.9's hybrid engine.

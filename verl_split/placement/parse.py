@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 from verl_split.placement.model import ROLES, GroupSpec, Placement
 
 SHORTHANDS: tuple[str, ...] = ("halves", "per-node", "per-group", "all")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 from verl_split.placement.batch import batch_message, batch_problems
 from verl_split.placement.checks import check_parallel_sizes, check_same_count_per_node
 from verl_split.placement.model import (

@@ -4,7 +4,7 @@ are ``verl_config.check_shared_rollout_run``; the memory estimate is ``placement
 
 from __future__ import annotations
 
-from verl_split.errors import PlacementError
+from verl_split.core.errors import PlacementError
 from verl_split.placement.model import MAX_WORKER_GROUPS_PER_GPU, Plan, Requirements
 
 #: How to undo the switch, for the end of every shared-rollout message.

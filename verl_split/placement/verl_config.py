@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from verl_split.errors import PlacementError, SettingsError
+from verl_split.core.errors import PlacementError, SettingsError
 from verl_split.placement import memory
+from verl_split.placement.config_keys import select_key
 from verl_split.placement.model import DEFAULT_READY_TIMEOUT_S, Cluster, ParallelSize, Placement, Plan, Requirements
 from verl_split.placement.parse import DEFAULT_PLACEMENT, parse_placement
 from verl_split.placement.planner import plan_placement
@@ -18,35 +19,6 @@ CONFIG_KEYS: tuple[str, ...] = ("placement", "groups", "ready_timeout_s", "share
 #: ``trainer.v1.trainer_mode`` values shared rollout runs under: the asynchronous modes
 #: (colocate_async, separate_async) schedule generation and weight sync their own way.
 SHARED_ROLLOUT_TRAINER_MODES: tuple[str, ...] = ("sync",)
-
-
-def select_key(config: Any, dotted: str, default: Any = None) -> Any:
-    """``config.a.b.c`` of an OmegaConf config or nested dicts; ``default`` when a part is missing or None.
-
-    For OmegaConf, ``OmegaConf.select``: a missing key or a ``???`` value gives ``default``, but an
-    interpolation that cannot be resolved (``${oc.env:NNODES}`` with NNODES unset) raises a
-    PlacementError naming the key and the cause, instead of a misleading "got None" later.
-    """
-    from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import ConfigTypeError, GrammarParseError, InterpolationResolutionError
-
-    if isinstance(config, DictConfig):
-        try:
-            value = OmegaConf.select(config, dotted, default=None, throw_on_missing=False)
-        except ConfigTypeError:  # a path through a leaf or a list ('a.c' where a is 3): not there
-            return default
-        except (InterpolationResolutionError, GrammarParseError) as exc:
-            raise PlacementError(
-                f"could not read {dotted} from verl's config: {type(exc).__name__}: {str(exc).splitlines()[0]}. "
-                "Fix that value (set the environment variable it reads, or set the key on the command line)."
-            ) from exc
-        return default if value is None else value
-    node = config
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else node
 
 
 def _size(config: Any, key: str, default: int = 1) -> int:
@@ -205,7 +177,7 @@ def shared_rollout_from_config(config: Any, env_value: bool | None = None) -> bo
     value = select_key(config, "split_placement.shared_rollout")
     if value is None:
         if env_value is None:
-            from verl_split import settings
+            from verl_split.core import settings
 
             env_value = settings.current().shared_rollout
         return env_value
@@ -213,7 +185,7 @@ def shared_rollout_from_config(config: Any, env_value: bool | None = None) -> bo
         return value
     # Hydra reads `=1` as an int and `=yes` as a string: take the spellings the variable takes.
     if isinstance(value, (int, str)):
-        from verl_split import settings
+        from verl_split.core import settings
 
         try:
             return settings.parse_switch("split_placement.shared_rollout", str(value), False)
@@ -231,7 +203,7 @@ def check_shared_rollout_run(config: Any) -> None:
 
     The placement's own part (a critic pool holding whole replicas) is ``plan_placement``'s.
     """
-    from verl_split import compat
+    from verl_split.core import compat
 
     version = compat.installed_version()
     # No verl here (a laptop planning a cluster's layout): nothing to check against.
@@ -280,7 +252,7 @@ def plan_from_config(
     GPUs ``nvidia-smi`` shows on this node, and refused when it cannot fit.
     """
     if env_value is None:
-        from verl_split import settings
+        from verl_split.core import settings
 
         env_value = settings.current().placement
     shared = shared_rollout_from_config(config, shared_rollout)

@@ -1,0 +1,115 @@
+"""The package's shape, held by tests: no import circle, no module over 300 lines, every test file in a tier.
+
+The layout itself (what each folder holds, who imports whom) is in docs/development.md. Read from the
+source with ``ast``: nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "verl_split"
+#: The tiers a test file belongs to, one each (pyproject.toml's markers say what each means).
+TIERS = ("unit", "subprocess", "e2e", "network")
+MAX_LINES = 300
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports, at module level or inside a function (a lazy import is a
+    dependency too: it only moves the moment it is paid)."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    typing_only = {
+        id(inner)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for inner in ast.walk(block)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:  # `if TYPE_CHECKING:` imports run only for the type checker
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
+            # `from package import module` depends on that module; `from module import name`, on the module.
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        found |= {name for name in names if name in modules}
+    return found - {module_name(path)}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: imports_of(path, set(paths)) for name, path in paths.items()}
+
+
+def find_circle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle (its modules, the first repeated at the end), or none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state:
+                circle = visit(nxt)
+                if circle:
+                    return circle
+        path.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            circle = visit(node)
+            if circle:
+                return circle
+    return []
+
+
+def test_no_import_circle_inside_the_package():
+    assert find_circle(import_graph()) == []
+
+
+def test_the_circle_finder_finds_one():
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_circle({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_over_300_lines():
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 300}
+    assert long == {}, f"split these by job (one job per module): {long}"
+
+
+def tiers_of(path: Path) -> list[str]:
+    """The tier markers of a test file's module-level ``pytestmark``."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
+            marks = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value]
+            names = [m.attr if isinstance(m, ast.Attribute) else getattr(m.func, "attr", "") for m in marks]
+            return [name for name in names if name in TIERS]
+    return []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests").rglob("test_*.py")), ids=lambda p: p.name)
+def test_every_test_file_is_in_one_tier(path):
+    assert len(tiers_of(path)) == 1, f"{path.name}: put `pytestmark = pytest.mark.<tier>` (one of {TIERS}) at the top"

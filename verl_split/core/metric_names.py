@@ -1,0 +1,56 @@
+"""Every ``split/*`` metric verl-split adds to verl's tracker, named once.
+
+The runtime writes them (``runtime/overlap``, ``runtime/metrics``, ``runtime/shared_rollout``); the
+demo's report and ``advise`` read them back from a run's log. docs/how-it-works.md's metric table says
+what each means. Standard library only.
+"""
+
+from __future__ import annotations
+
+PREFIX = "split/"
+
+# The update phase (runtime/overlap/updates.py).
+CRITIC_UPDATE_S = "split/critic_update_s"
+ACTOR_UPDATE_S = "split/actor_update_s"
+UPDATE_WALL_S = "split/update_wall_s"
+OVERLAP_S = "split/overlap_s"
+SPEEDUP = "split/speedup"
+IDEAL_SPEEDUP = "split/ideal_speedup"
+ACTOR_POOL_IDLE_SHARE = "split/actor_pool_idle_share"
+CRITIC_POOL_IDLE_SHARE = "split/critic_pool_idle_share"
+DISPATCH_S = "split/dispatch_s"
+OVERLAPPED = "split/overlapped"
+
+# The critic's update deferred into the next step (runtime/overlap/deferral.py).
+CRITIC_UPDATE_DEFERRED = "split/critic_update_deferred"
+CRITIC_UPDATE_HIDDEN_S = "split/critic_update_hidden_s"
+CRITIC_JOIN_WAIT_S = "split/critic_join_wait_s"
+LOG_DELAY_S = "split/log_delay_s"
+CRITIC_METRICS_MISSING = "split/critic_metrics_missing"
+
+# The preparation (runtime/overlap/prep.py).
+PREP_ACTOR_S = "split/prep_actor_s"
+PREP_CRITIC_S = "split/prep_critic_s"
+PREP_WALL_S = "split/prep_wall_s"
+PREP_OVERLAP_S = "split/prep_overlap_s"
+PREP_OVERLAPPED = "split/prep_overlapped"
+
+# The whole step (runtime/metrics/whole_step.py) and the layout the run trained on.
+STEP_S = "split/step_s"
+ACTOR_POOL_BUSY_SHARE = "split/actor_pool_busy_share"
+CRITIC_POOL_BUSY_SHARE = "split/critic_pool_busy_share"
+ACTOR_POOL_GPUS = "split/actor_pool_gpus"
+CRITIC_POOL_GPUS = "split/critic_pool_gpus"
+
+# Shared rollout (runtime/shared_rollout/coordinator.py).
+CRITIC_POOL_ROLLOUT_SHARE = "split/critic_pool_rollout_share"
+SHARED_ROLLOUT_SYNC_S = "split/shared_rollout_sync_s"
+
+
+def pool_gpus(role: str) -> str:
+    """``split/actor_pool_gpus`` or ``split/critic_pool_gpus``."""
+    return f"{PREFIX}{role}_pool_gpus"
+
+
+#: Every name above.
+ALL = tuple(value for key, value in sorted(globals().items()) if key.isupper() and value.startswith(PREFIX))

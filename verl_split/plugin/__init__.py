@@ -1,0 +1,3 @@
+"""Switching verl-split on in a process: the seam registry and its wrapt hooks (activation), the seam format
+and its patch/unpatch (seam), the wrappers (wrapping, args), the preflight, and the detection of verl source
+patches. Nothing here imports verl at module level."""

@@ -1,0 +1,123 @@
+"""The CPU dry run's seams (``VERL_SPLIT_CPU``): ``engine_hooks.py`` and ``trainer_hooks.py`` say why each.
+
+verl 0.9 has a platform registry; 0.7/0.8 get the CPU device module and engine entries directly.
+"""
+
+from __future__ import annotations
+
+from verl_split.core import compat
+from verl_split.plugin.seam import Seam, Wrap
+from verl_split.runtime.placement.seams import runtime_env_seam
+
+_ENGINE = "verl_split.runtime.cpu.engine_hooks:"
+_TRAINER = "verl_split.runtime.cpu.trainer_hooks:"
+#: runtime/cpu/rollout.py: the CPU rollout's replica and server.
+_ROLLOUT_NEEDS = (
+    "verl.workers.rollout.base:BaseRollout",
+    "verl.workers.rollout.replica:RolloutReplica",
+    "verl.workers.rollout.replica:TokenOutput",
+)
+_OFFLOAD = (Wrap("CPUOffloadPolicy", _ENGINE + "wrap_cpu_offload_policy"),)
+
+
+def _cpu(name: str, target: str, verl, needs: tuple, **what) -> Seam:
+    return Seam(name, target, "cpu", "cpu", verl, needs=needs, **what)
+
+
+SEAMS: tuple[Seam, ...] = (
+    runtime_env_seam("cpu_runtime_env", "cpu", "cpu"),
+    _cpu(
+        "cpu_platform",
+        "verl.plugin.platform.platform_manager",
+        compat.PLATFORM_REGISTRY,
+        (
+            "PlatformRegistry.register",
+            "PlatformRegistry.get",
+            "PlatformRegistry._platforms",
+            "verl.plugin.platform.platform_base:PlatformBase",
+            "verl.plugin.platform:get_platform",
+        ),
+        apply=_TRAINER + "register_platform",
+    ),
+    _cpu(
+        "cpu_device",
+        "verl.utils.device",
+        compat.BEFORE_V1,
+        ("get_torch_device", "get_device_name"),
+        wraps=(Wrap("get_torch_device", _TRAINER + "wrap_get_torch_device"),),
+        apply=_TRAINER + "rebind_get_torch_device",
+    ),
+    _cpu(
+        "cpu_engine_registry",
+        "verl.workers.engine.fsdp.transformer_impl",
+        compat.BEFORE_V1,
+        ("EngineRegistry._engines",),
+        apply=_ENGINE + "register_cpu_engines",
+    ),
+    _cpu(
+        "cpu_attention",
+        "verl.utils.attention_utils",
+        compat.BEFORE_V1,
+        ("_get_attention_functions",),
+        wraps=(Wrap("_get_attention_functions", _ENGINE + "wrap_get_attention_functions"),),
+    ),
+    _cpu(
+        "cpu_file_logger",
+        "verl.utils.tracking",
+        compat.PLAIN_JSON_FILE_LOGGER,
+        ("FileLogger.log(data@0, step@1)",),
+        wraps=(Wrap("FileLogger.log", _TRAINER + "wrap_file_logger_log"),),
+    ),
+    _cpu(
+        "cpu_legacy_workers",
+        "verl.workers.fsdp_workers",
+        compat.LEGACY_WORKERS,
+        (
+            "ActorRolloutRefWorker.__init__(config@0)",
+            "CriticWorker.__init__(config@0)",
+            "verl.utils.distributed:initialize_global_process_group_ray(timeout_second)",
+        ),
+        wraps=(
+            Wrap("ActorRolloutRefWorker.__init__", _ENGINE + "wrap_legacy_worker_init"),
+            Wrap("CriticWorker.__init__", _ENGINE + "wrap_legacy_worker_init"),
+        ),
+    ),
+    _cpu(
+        "cpu_distributed",
+        "verl.utils.distributed",
+        compat.ANY,
+        # backend: 0.7.1+ (0.7.0 has none: the wrapper starts gloo itself then).
+        ("initialize_global_process_group_ray(timeout_second@0)",),
+        wraps=(Wrap("initialize_global_process_group_ray", _ENGINE + "wrap_initialize_global_process_group_ray"),),
+    ),
+    _cpu("cpu_fsdp", "verl.workers.engine.fsdp.transformer_impl", compat.ANY, ("CPUOffloadPolicy",), wraps=_OFFLOAD),
+    _cpu("cpu_fsdp_legacy", "verl.workers.fsdp_workers", compat.LEGACY_WORKERS, ("CPUOffloadPolicy",), wraps=_OFFLOAD),
+    _cpu(
+        "cpu_valuehead",
+        "verl.utils.model",
+        compat.ANY,
+        ("load_valuehead_model(local_path@0, torch_dtype@1, model_config@2, trust_remote_code@3)",),
+        wraps=(Wrap("load_valuehead_model", _ENGINE + "wrap_load_valuehead_model"),),
+    ),
+    _cpu(
+        "cpu_rollout_worker",
+        "verl.workers.rollout.base",
+        compat.ANY,
+        ("_ROLLOUT_REGISTRY", *_ROLLOUT_NEEDS),
+        apply=_TRAINER + "register_worker_rollout",
+    ),
+    _cpu(
+        "cpu_rollout_replica",
+        "verl.workers.rollout.replica",
+        compat.ANY,
+        ("RolloutReplicaRegistry.register", "RolloutReplicaRegistry._registry", *_ROLLOUT_NEEDS),
+        apply=_TRAINER + "register_replica_rollout",
+    ),
+    _cpu(
+        "cpu_replay_poll",
+        "verl.trainer.ppo.v1.replay_buffer",
+        compat.V1_TRAINER,
+        ("ReplayBuffer.__init__(poll_interval)", "ReplayBuffer.poll_interval"),
+        wraps=(Wrap("ReplayBuffer.__init__", _TRAINER + "wrap_replay_buffer_init"),),
+    ),
+)

@@ -1,0 +1,45 @@
+"""The hook on verl's tracker: every step's record gets the whole-step metrics before it is logged.
+
+Target: ``verl/utils/tracking.py`` ``Tracking.log(data, step, ...)``, which both of verl's trainers call
+once per step with the step's metrics, ``timing_s/*`` included (after ``compute_timing_metrics``). The
+caller's dict is left as it was; the tracker gets a copy with ``whole_step.whole_step_metrics`` added.
+A feature that completes a step's record later registers a *holder* (``register_holder``): the deferred
+critic update (``runtime/overlap/deferral.py``) holds a step's record until its critic's metrics come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from verl_split.plugin.args import get_argument
+from verl_split.runtime.metrics.whole_step import whole_step_metrics
+
+#: ``holder(step, data, emit) -> bool``: True when it logged or kept the record itself (``emit`` logs it).
+Holder = Callable[[Any, dict, Callable[[dict], None]], bool]
+_holders: list[Holder] = []
+
+
+def register_holder(holder: Holder) -> None:
+    """Let ``holder`` see (and hold back) each record before it is logged; once per holder."""
+    if holder not in _holders:
+        _holders.append(holder)
+
+
+def wrap_tracking_log(wrapped, instance, args, kwargs):
+    data = args[0] if args else kwargs.get("data")
+    if not isinstance(data, dict):
+        return wrapped(*args, **kwargs)
+
+    def emit(record: dict) -> None:
+        record = {**record, **whole_step_metrics(record)}
+        if args:
+            wrapped(record, *args[1:], **kwargs)
+        else:
+            wrapped(*args, **{**kwargs, "data": record})
+
+    step = get_argument(args, kwargs, 1, "step", None)
+    if any(holder(step, data, emit) for holder in _holders):
+        return None
+    emit(data)
+    return None

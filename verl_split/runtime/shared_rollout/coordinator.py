@@ -1,0 +1,189 @@
+"""Rollout on both pools ("shared rollout"): the critic pool's GPUs generate too.
+
+Under split placement only the actor pool's hybrid replicas generate, so the critic pool idles
+through generation, usually the longest phase (verl issue 977). With shared rollout on
+(``split_placement.shared_rollout`` / ``VERL_SPLIT_SHARED_ROLLOUT``), verl 0.9's v1 trainer gets:
+
+1. Extra rollout replicas on the critic pool, one per ``tp x dp x pp`` of its GPUs, beside the
+   critic's workers: verl's own ``RolloutReplica.init_colocated``, which the reward-model and
+   teacher replicas use (``verl/workers/rollout/replica.py``), on sub-pools from verl's
+   ``split_resource_pool``. Replica ranks continue after the hybrid replicas' (server names
+   contain the rank).
+2. Those servers in the load balancer every request goes through (``GlobalRequestLoadBalancer``:
+   least in-flight requests first, so replicas of different speeds balance themselves; in
+   ``verl/workers/rollout/llm_server.py`` on 0.9.0 and main, moved to ``router.py`` in 0.9.1, which
+   re-exports it from ``llm_server``). verl-split starts the balancer
+   again with every server in it, as a subclass that counts where requests go; a custom
+   router (``router_config_path``) keeps its own balancer and gets the servers with
+   ``add_servers``, and then the share metric is not measured.
+3. The actor's weights on those replicas after every actor update: a second verl
+   ``CheckpointEngineManager`` for them, beside verl's ``naive`` one for the hybrid replicas,
+   behind ``both_pools.BothPoolsCheckpointManager``, which the trainer uses as its
+   ``checkpoint_manager``. The push runs first (on GPUs the hybrid replicas still sleep
+   then, leaving the actor's memory to the transfer buffers), into replicas woken just before
+   it; after generation they sleep with the hybrid ones. Its engine is the config's
+   ``checkpoint_engine.backend``: ``nccl`` on GPUs when left ``naive``, verl-split's object-store
+   engine in the CPU dry run (``verl_split/runtime/cpu/weight_transfer.py``).
+
+Metrics per step: ``split/critic_pool_rollout_share`` (requests routed to the critic pool's
+replicas / all requests of the step's generation) and ``split/shared_rollout_sync_s`` (the push),
+through verl's ``_pending_sync_metrics`` (``trainer_base.py`` ``_consume_sync_metrics``).
+Generation keeps verl's ``timing_s/gen``.
+
+What only a GPU run can check (none was made by us): NCCL, vLLM's sleep levels on colocated
+replicas and memory beside the critic's training state. The critic's offload during generation
+is verl's own (``critic.fsdp.param_offload`` / ``optimizer_offload``), not set here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import ray
+from verl.utils.ray_utils import auto_await
+
+# verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
+# (llm_server.py:36); 0.9.0 and main@1dda039 define it here (llm_server.py:46). This module is imported
+# only when shared rollout is on (hooks.py); the preflight declares these names (seams.py).
+from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
+
+from verl_split.runtime.placement.nodes import announce
+from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager
+
+#: The weight-transfer engine for replicas on other GPUs when the config leaves verl's ``naive``.
+GPU_BACKEND = "nccl"
+
+
+# ----------------------------------------------------------------------------- the trainer's config
+
+
+def wanted(config: Any) -> bool:
+    from verl_split.placement import shared_rollout_from_config
+
+    return shared_rollout_from_config(config)
+
+
+def configure_weight_transfer(config: Any) -> str:
+    """Give the actor's workers an engine that reaches replicas on other GPUs; return its name.
+
+    Runs before verl builds the actor's worker class: the actor worker creates its checkpoint
+    engine from ``rollout.checkpoint_engine`` in ``init_model`` (``verl/workers/engine_workers.py``).
+    The hybrid replicas keep verl's in-process sync: the v1 trainer's own manager forces ``naive``.
+    """
+    from omegaconf import open_dict
+    from verl.utils.device import get_device_name
+
+    engine = config.actor_rollout_ref.rollout.checkpoint_engine
+    if engine.backend == "naive":
+        with open_dict(engine):
+            if get_device_name() == "cpu":
+                from verl_split.runtime.cpu import weight_transfer
+
+                engine.backend = weight_transfer.BACKEND
+                engine.custom_backend_module = weight_transfer.MODULE
+            else:
+                engine.backend = GPU_BACKEND
+    return str(engine.backend)
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+class CountingLoadBalancer(GlobalRequestLoadBalancer):
+    """verl's default load balancer, counting the requests it routes to each server."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._routed: Counter[str] = Counter()
+
+    def acquire_server(self, request_id: str) -> tuple[str, Any]:
+        server_id, handle = super().acquire_server(request_id)
+        self._routed[server_id] += 1
+        return server_id, handle
+
+    def take_routed(self) -> dict[str, int]:
+        """Requests routed per server since the last call."""
+        routed, self._routed = dict(self._routed), Counter()
+        return routed
+
+
+def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
+    """Put ``replicas``' servers beside the hybrid ones; return the counting balancer, if ours."""
+    added = {r.server_address: r.server_handle for r in replicas}
+    rollout = manager.rollout_config
+    if uses_verls_balancer(manager):
+        servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True)) | added
+        # max_cache_size left to the class's default, DEFAULT_ROUTING_CACHE_SIZE (router.py on 0.9.1,
+        # llm_server.py on 0.9.0): the value verl passes.
+        balancer = ray.remote(CountingLoadBalancer).remote(
+            servers=servers,
+            full_determinism=bool(getattr(rollout, "full_determinism", False)),
+        )
+        previous, manager.global_load_balancer = manager.global_load_balancer, balancer
+        ray.kill(previous)  # nothing holds it yet: verl hands out clients after the trainer's init
+        return balancer
+    ray.get(manager.global_load_balancer.add_servers.remote(added))
+    announce("shared rollout: a custom router routes the requests; split/critic_pool_rollout_share is not measured")
+    return None
+
+
+def uses_verls_balancer(manager: Any) -> bool:
+    """verl routes through its own ``GlobalRequestLoadBalancer``: no custom class, no router config.
+
+    0.9.1 keeps ``_load_balancer_cls`` None unless a class is passed (``llm_server.py:387``); 0.9.0 and
+    main@1dda039 store ``load_balancer_cls or GlobalRequestLoadBalancer`` (``llm_server.py:498``).
+    """
+    cls = getattr(manager, "_load_balancer_cls", None)
+    custom_class = cls is not None and cls is not GlobalRequestLoadBalancer
+    return not custom_class and not getattr(manager.rollout_config, "router_config_path", None)
+
+
+# ----------------------------------------------------------------------------- the replicas
+
+
+@auto_await
+async def _launch(manager: Any, pools: list[Any], first_rank: int, gpus_per_node: int) -> list[Any]:
+    replicas = [
+        manager.rollout_replica_class(
+            replica_rank=first_rank + i,
+            config=manager.rollout_config,
+            model_config=manager.model_config,
+            gpus_per_node=gpus_per_node,
+        )
+        for i in range(len(pools))
+    ]
+    await asyncio.gather(*[replica.init_colocated(pool) for replica, pool in zip(replicas, pools, strict=True)])
+    return replicas
+
+
+def attach(trainer: Any, backend: str) -> None:
+    """After verl's ``_setup``: start the critic pool's replicas and wire them into the step."""
+    from verl.checkpoint_engine.base import CheckpointEngineManager
+    from verl.single_controller.ray.base import split_resource_pool
+    from verl.trainer.ppo.utils import Role
+    from verl.utils.config import omega_conf_to_dataclass
+
+    # The planner checked the critic's own pool and its whole replicas before Ray started, and again
+    # in this process when _setup installed the plan (pools.install_plan_on_trainer).
+    manager = trainer.llm_server_manager
+    critic_pool = trainer.resource_pool_manager.get_resource_pool(Role.Critic)
+    hybrid = manager.get_replicas()
+    replica_gpus = hybrid[0].world_size  # verl's own count: tensor x data x pipeline parallel
+    started = time.perf_counter()
+    replicas = _launch(manager, split_resource_pool(critic_pool, replica_gpus), len(hybrid), critic_pool.store[0])
+    balancer = _route_to_all(manager, replicas)
+
+    engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
+    shared = CheckpointEngineManager(config=engine_config, actor_wg=trainer.actor_rollout_wg, replicas=replicas)
+    trainer.checkpoint_manager = BothPoolsCheckpointManager(trainer, trainer.checkpoint_manager, shared, balancer)
+    shared.sleep_replicas()
+    ranks = [r.replica_rank for r in replicas]
+    announce(
+        f"shared rollout: {len(replicas)} rollout replica(s) on the critic pool (replica ranks {ranks}, "
+        f"{replica_gpus} GPU(s) each) beside {len(hybrid)} on the actor pool, started in "
+        f"{time.perf_counter() - started:.1f}s; the actor's weights reach them through checkpoint engine "
+        f"{backend!r} after every update"
+    )

@@ -1,0 +1,203 @@
+"""From run files to advice: read the runs, fit the model, rank the candidates, recommend one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verl_split.placement import Cluster
+from verl_split.tools.advise import deferral as deferral_module
+from verl_split.tools.advise.candidates import STOCK, Candidate, caveat, rank, reason
+from verl_split.tools.advise.deferral import Choice, DeferralCosts, choose, deferral_costs
+from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
+from verl_split.tools.advise.runs import LANE_MEANING, AdviseError, Run, read_run
+from verl_split.tools.advise.shared import TAG, SharedRolloutCosts, shared_rollout_costs
+
+
+@dataclass(frozen=True)
+class Advice:
+    cluster: Cluster
+    runs: tuple[Run, ...]
+    model: CostModel
+    candidates: tuple[Candidate, ...]  # ranked, fastest first
+    rejected: tuple[tuple[str, str], ...]
+    reason: str
+    caveat: str | None
+    assumptions: tuple[str, ...]
+    next_run: str | None
+    step_cv: float
+    #: Shared rollout's costs, when the cluster has a split to share; its variants whose push is not known.
+    shared: SharedRolloutCosts | None = None
+    unranked: tuple[Candidate, ...] = ()
+    #: The deferred critic update's weight sync, when the cluster has a split to defer on; deferral or shared.
+    deferral: DeferralCosts | None = None
+    choice: Choice | None = None
+
+    @property
+    def recommended(self) -> Candidate:
+        return self.candidates[0]
+
+    def break_even_push_s(self, candidate: Candidate) -> float:
+        """The weight push under which an unranked shared-rollout variant would beat the recommendation."""
+        return self.recommended.prediction.step_s - candidate.prediction.step_s
+
+    def to_json(self) -> dict[str, Any]:
+        best = self.recommended
+        return {
+            "cluster": {"nnodes": self.cluster.nnodes, "n_gpus_per_node": self.cluster.n_gpus_per_node},
+            "runs": [run.to_json() for run in self.runs],
+            "model": self.model.to_json(),
+            "assumptions": list(self.assumptions),
+            "next_run": self.next_run,
+            "candidates": [c.to_json() for c in self.candidates],
+            "rejected": [{"placement": name, "why": why} for name, why in self.rejected],
+            "shared_rollout": None
+            if self.shared is None
+            else {
+                **self.shared.to_json(),
+                "unranked": [
+                    {
+                        **c.to_json(),
+                        "predicted_step_s_is": "a lower bound",
+                        "wins_if_push_under_s": self.break_even_push_s(c),
+                    }
+                    for c in self.unranked
+                ],
+            },
+            "deferral": None
+            if self.deferral is None
+            else {**self.deferral.to_json(), "choice": None if self.choice is None else self.choice.to_json()},
+            "recommended": {
+                "placement": best.placement,
+                "shared_rollout": best.shared_rollout,
+                "deferred_critic": best.deferred,
+                "predicted_step_s": best.prediction.step_s,
+                "speedup_vs_stock": best.speedup_vs_stock,
+                "reason": self.reason,
+                "caveat": self.caveat,
+            },
+        }
+
+
+def advise(
+    paths: Sequence[str | os.PathLike[str]],
+    cluster: Cluster,
+    rollout_tp: int = 1,
+    overlaps: frozenset[str] = OVERLAPS,
+    push_s: float | None = None,
+    model_params: float | None = None,
+    critic_offload_s: float | None = None,
+) -> Advice:
+    """Read the runs, fit the cost model and rank every placement the planner accepts on the cluster.
+
+    ``push_s``, ``model_params``, ``critic_offload_s``: shared rollout's costs where the runs do not measure them.
+    """
+    if not paths:
+        raise AdviseError(
+            "no run given: pass one or more logs of the job's runs (verl's console output, its file logger's "
+            "JSONL, or a CSV export)."
+        )
+    runs = tuple(read_run(path, cluster) for path in paths)
+    model = build_model(runs)
+    shared = shared_rollout_costs(runs, push_s, model_params, critic_offload_s)
+    deferral = deferral_costs(runs)
+    everything, rejected = rank(
+        model, cluster, rollout_tp=rollout_tp, overlaps=overlaps, shared=shared, deferral=deferral
+    )
+    candidates = [c for c in everything if c.ranked]
+    unranked = tuple(c for c in everything if not c.ranked)
+    has_shared = any(c.shared_rollout for c in everything)
+    has_deferral = model.has_critic and any(c.is_split for c in everything)
+    if not candidates:
+        why = "; ".join(f"{name}: {text}" for name, text in rejected[:2])
+        raise AdviseError(f"no placement fits the cluster {cluster.describe()}: {why}")
+    step_cv = max((run.step.std / run.step.mean for run in runs if run.step.mean > 0), default=0.0)
+    return Advice(
+        cluster=cluster,
+        runs=runs,
+        model=model,
+        candidates=tuple(candidates),
+        rejected=tuple(rejected),
+        reason=reason(candidates, model),
+        caveat=caveat(candidates, step_cv),
+        assumptions=tuple(
+            _assumptions(model, shared if has_shared else None, rollout_tp, deferral if has_deferral else None)
+        ),
+        next_run=_next_run(runs, model, cluster),
+        step_cv=step_cv,
+        shared=shared if has_shared else None,
+        unranked=unranked,
+        deferral=deferral if has_deferral else None,
+        choice=choose(everything) if has_deferral else None,
+    )
+
+
+def _assumptions(
+    model: CostModel,
+    shared: SharedRolloutCosts | None = None,
+    rollout_tp: int = 1,
+    deferral: DeferralCosts | None = None,
+) -> list[str]:
+    lines = []
+    by_size: dict[int, list[str]] = {}
+    for lane, lane_model in model.lanes.items():
+        if lane_model.fit == FIT_LINEAR:
+            by_size.setdefault(lane_model.sizes[0], []).append(LANE_MEANING[lane])
+    for n, lanes in by_size.items():
+        lines.append(
+            f"linear scaling of {', '.join(lanes)}: measured on {n} GPUs only, so time(m) = time({n}) x {n}/m; "
+            "real scaling is usually worse, which favours a split"
+        )
+    lines.append(
+        "reward, advantages, weight sync and the rest of the step are held at their measured time on every layout"
+    )
+    if shared is not None:
+        gen = model.lanes.get("gen")
+        bound = (
+            "generation's scaling is assumed linear, so the rows take the whole bound: an upper limit"
+            if gen is not None and gen.fit == FIT_LINEAR
+            else "the fitted serial part, the long tail, does not shrink"
+        )
+        where = f"where the critic pool holds whole rollout replicas of {rollout_tp} GPU(s) (--rollout-tp) per node"
+        lines.append(
+            f"shared rollout ({TAG} rows, {where}): generation on all A + C GPUs by the generation lane's model, "
+            f"so it saves at most gen(A) x C/(A+C) against the same split ({bound}); plus the weight push to the "
+            f"critic pool's replicas, {_seconds(shared.push_s)} per step ({shared.push_source}), and the critic's "
+            f"offload and reload, {_seconds(shared.offload_s)} ({shared.offload_source}), both on the step's "
+            "critical path. Predicted only: shared rollout has not been measured on GPUs by us"
+        )
+    if deferral is not None:
+        lines.append(
+            f"deferred critic update ({deferral_module.TAG} rows, {deferral_module.PHASE}): the update phase is the "
+            "actor's update; the critic's update hides behind the actor's update, the weight sync "
+            f"({deferral.sync_s:.2f} s: {deferral.sync_source}) and the next generation, and what exceeds them is "
+            "waited for before values: prep = max(old_log_prob + ref, excess + values). Other work before values "
+            "(reward, balancing) is not counted as cover. With shared rollout it hides nothing (joined before the "
+            "critic pool generates), so +shared rows do not defer. Predicted only: not measured on GPUs by us"
+        )
+    return lines
+
+
+def _seconds(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.2f} s"
+
+
+def _next_run(runs: Sequence[Run], model: CostModel, cluster: Cluster) -> str | None:
+    """The run that would replace the linear-scaling assumption with a fit, or None if nothing is assumed."""
+    if not model.assumed():
+        return None
+    if all(run.colocated for run in runs):
+        return (
+            "a split run of the same job with the overlaps off, e.g. VERL_SPLIT=1 VERL_SPLIT_PLACEMENT=halves "
+            "VERL_SPLIT_OVERLAP=off python -m verl.trainer.main_ppo <the same overrides>, "
+            "measures every lane at a second pool size"
+        )
+    if all(not run.colocated for run in runs):
+        return (
+            f"a stock run of the same job on all {cluster.n_gpus} GPUs (VERL_SPLIT unset, or "
+            f"placement {STOCK}) measures every lane at a second pool size"
+        )
+    lanes = ", ".join(LANE_MEANING[lane] for lane in model.assumed())
+    return f"a run with these lanes on another pool size ({lanes}), e.g. another A:C ratio"

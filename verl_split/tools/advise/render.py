@@ -1,0 +1,216 @@
+"""What ``verl-split advise`` prints and draws: the measured runs, the model, the ranked candidates."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+from verl_split.dryrun.report import PHASE_COLORS
+from verl_split.tools.advise import deferral
+from verl_split.tools.advise.advice import Advice
+from verl_split.tools.advise.candidates import STOCK
+from verl_split.tools.advise.model import FIT_LINEAR
+from verl_split.tools.advise.runs import LANE_MEANING, LANE_POOL, LANES
+from verl_split.tools.advise.shared import TAG
+
+WIDTH = 100
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f} %"
+
+
+def _steps(steps: tuple[int, ...]) -> str:
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+
+
+def render_text(advice: Advice) -> str:
+    """The console report: each run as measured, the fitted model, the ranked candidates, the advice."""
+    cluster = advice.cluster
+    out = [
+        f"verl-split advise: {cluster.describe()}; {len(advice.runs)} run{'s' if len(advice.runs) > 1 else ''}",
+        "",
+    ]
+    for run in advice.runs:
+        left_out = "" if run.steps[0] == run.first_step else f", step {run.first_step} left out"
+        out.append(f"{run.path}: {run.layout}, {_steps(run.steps)}{left_out}; seconds, mean [min-max] over steps")
+        out += _wrap(f"read as {run.format}; layout: {run.layout_source}", "  ")
+        rows = [(LANE_MEANING[lane], run.lanes[lane]) for lane, _, _ in LANES if lane in run.lanes]
+        rows += [("fixed (reward, adv, rest)", run.fixed), ("step", run.step)]
+        if run.deferred:
+            rows += [("critic update hidden", run.hidden), ("wait at its join", run.join_wait)]
+        for label, spread in rows:
+            if spread is not None:
+                out.append(f"  {label:<26} {spread.mean:8.2f} [{spread.low:.2f}-{spread.high:.2f}]")
+        if run.step.n > 1 and run.step.mean > 0:
+            out.append(f"  step-to-step spread of the step time: {_pct(run.step.std / run.step.mean)} (std / mean)")
+        for note in run.notes:
+            out += _wrap(f"note: {note}", "  ")
+        out.append("")
+
+    out.append("cost model, each lane on its pool of n GPUs: time(n) = serial + parallel / n")
+    out.append(f"  {'lane':<20} {'pool':<7} {'serial':>8} {'parallel':>9}  from")
+    for lane, lane_model in advice.model.lanes.items():
+        sizes = ", ".join(str(n) for n in lane_model.sizes)
+        source = (
+            f"linear scaling ASSUMED (measured on {sizes} GPUs only)"
+            if lane_model.fit == FIT_LINEAR
+            else f"fitted to {sizes} GPUs"
+        )
+        out.append(
+            f"  {LANE_MEANING[lane]:<20} {LANE_POOL[lane]:<7} {lane_model.serial_s:7.2f}s "
+            f"{lane_model.parallel_s:8.2f}s  {source}"
+        )
+    out.append(f"  {'fixed':<20} {'-':<7} {advice.model.fixed_s:7.2f}s")
+    out.append("  step: colocated pools add every lane; split pools take max(actor, critic) in preparation and updates")
+    out.append("")
+
+    out.append("predicted step time per placement, fastest first (splits with VERL_SPLIT_OVERLAP=updates,prep)")
+    header = (
+        f"  {'#':>2} {'placement':<22} {'actor':>5} {'critic':>6} {'gen':>7} {'prep':>7} {'updates':>7} "
+        f"{'step':>8} {'vs stock':>8} {'actor idle':>10} {'critic idle':>11}"
+    )
+    out.append(header)
+    for i, cand in enumerate(advice.candidates, start=1):
+        p = cand.prediction
+        if p.colocated:
+            pools = f"{p.actor_gpus:>5} {'shared':>6}"
+            idle = f"{_pct(p.idle_share['global']):>10} {'(one pool)':>11}"
+        else:
+            pools = f"{p.actor_gpus:>5} {p.critic_gpus:>6}"
+            idle = f"{_pct(p.idle_share['actor']):>10} {_pct(p.idle_share['critic']):>11}"
+        name = cand.name if len(cand.name) <= 22 else cand.name[:21] + "~"
+        out.append(
+            f"  {i:>2} {name:<22} {pools} {p.phases['gen']:6.2f}s {p.phases['prep']:6.2f}s "
+            f"{p.phases['updates']:6.2f}s {p.step_s:7.2f}s {cand.speedup_vs_stock:7.2f}x {idle}"
+        )
+    for cand in advice.candidates:
+        if len(cand.name) > 22 or cand.same_prediction_as:
+            same = f" (same prediction: {', '.join(cand.same_prediction_as)})" if cand.same_prediction_as else ""
+            out.append(f"     {cand.name}{same}")
+    if advice.deferral is not None:
+        rows = any(c.deferred for c in (*advice.candidates, *advice.unranked))
+        out += _wrap(
+            f"{deferral.TAG}: the same split with the critic's update deferred into the next step "
+            f"(VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}): the update phase is the actor's update"
+            + ("" if rows else "; no such row: no split's critic update outlasts its actor update"),
+            "  ",
+            "    ",
+        )
+    out += _shared_rows(advice)
+    if advice.rejected:
+        out.append(f"  not possible here: {', '.join(name for name, _ in advice.rejected)} (--json says why)")
+    out.append("")
+
+    best = advice.recommended
+    shared = " with split_placement.shared_rollout=true" if best.shared_rollout else ""
+    shared += f" with {deferral.PHASE} in VERL_SPLIT_OVERLAP" if best.deferred else ""
+    out.append(f"recommended: split_placement.placement={best.placement}{shared}")
+    out += textwrap.wrap(f"because {advice.reason}", width=WIDTH, initial_indent="  ", subsequent_indent="  ")
+    if advice.caveat:
+        out += textwrap.wrap(f"but {advice.caveat}", width=WIDTH, initial_indent="  ", subsequent_indent="  ")
+    if best.placement == STOCK:
+        out.append("  use it: run without VERL_SPLIT (stock verl)")
+    else:
+        env = " VERL_SPLIT_SHARED_ROLLOUT=1" if best.shared_rollout else ""
+        env += f" VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}" if best.deferred else ""
+        out += _wrap(
+            f"use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='{best.placement}'{env} python -m verl.trainer.main_ppo ...",
+            "  ",
+            "    ",
+        )
+    if advice.choice is not None:
+        choice = advice.choice
+        out += _wrap(
+            f"deferral or shared rollout: {choice.use}, because {choice.reason}.",
+            "  ",
+            "    ",
+        )
+    for line in advice.assumptions:
+        out += textwrap.wrap(f"assumed: {line}", width=WIDTH, subsequent_indent="  ")
+    if advice.next_run:
+        out += textwrap.wrap(f"to fit instead of assume: {advice.next_run}", width=WIDTH, subsequent_indent="  ")
+    return "\n".join(out)
+
+
+def _wrap(text: str, indent: str, more: str | None = None) -> list[str]:
+    return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=more or indent + "  ")
+
+
+def _shared_rows(advice: Advice) -> list[str]:
+    """What the +shared rows are, and the variants not ranked for want of a weight push."""
+    shared = advice.shared
+    if shared is None:
+        return []
+    out = textwrap.wrap(
+        f"{TAG}: the same split with rollout replicas on the critic pool too (VERL_SPLIT_SHARED_ROLLOUT=1), "
+        "generation on every GPU; predicted only, not measured on GPUs by us (see assumed: below)",
+        width=WIDTH,
+        initial_indent="  ",
+        subsequent_indent="    ",
+    )
+    if advice.unranked:
+        best = advice.recommended.name
+        could = [c for c in advice.unranked if advice.break_even_push_s(c) > 0]
+        out += textwrap.wrap(
+            f"{TAG} not ranked: the weight push is {shared.push_source}. "
+            + (f"Would beat {best} if the push took under:" if could else f"None would beat {best}, even free."),
+            width=WIDTH,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+        for cand in could:
+            p = cand.prediction
+            out.append(
+                f"     {cand.name:<22} {p.actor_gpus:>5} {p.critic_gpus:>6} {p.phases['gen']:6.2f}s gen, "
+                f"{p.step_s:.2f}s + push: under {advice.break_even_push_s(cand):.2f} s"
+            )
+        if could and len(could) < len(advice.unranked):
+            out.append(f"    the other {len(advice.unranked) - len(could)} would not, even free (--json lists them)")
+    return out
+
+
+def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
+    """A PNG: one bar per candidate, its predicted step stacked by phase, fastest first."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    phases = (
+        ("gen", f"generation (actor pool; {TAG}: every GPU)"),
+        ("prep", "old_log_prob + ref, values"),
+        ("updates", "actor and critic updates"),
+        ("other", f"fixed: reward, advantages, weight sync, the rest ({TAG}: and the push, the offload)"),
+    )
+    candidates = advice.candidates
+    fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 5.0))
+    for x, cand in enumerate(candidates):
+        bottom = 0.0
+        for phase, _ in phases:
+            value = cand.prediction.phases[phase]
+            ax.bar(x, value, 0.7, bottom=bottom, color=PHASE_COLORS[phase])
+            bottom += value
+        ax.text(
+            x,
+            bottom,
+            f"{cand.prediction.step_s:.1f}s\n{cand.speedup_vs_stock:.2f}x",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    labels = [c.placement if len(c.placement) <= 14 else c.placement.replace(";", ";\n") for c in candidates]
+    labels = [f"{label}\n{TAG}" if c.shared_rollout else label for label, c in zip(labels, candidates, strict=True)]
+    labels = [f"{label}\n{deferral.TAG}" if c.deferred else label for label, c in zip(labels, candidates, strict=True)]
+    labels = [f"{label}\n(stock)" if label == STOCK else label for label in labels]
+    ax.set_xticks(range(len(candidates)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("predicted seconds per step")
+    ax.set_title(f"predicted step time per placement\n{advice.cluster.describe()}", fontsize=10)
+    handles = [Patch(color=PHASE_COLORS[p], label=label) for p, label in reversed(phases)]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

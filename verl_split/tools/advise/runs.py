@@ -1,0 +1,282 @@
+"""Read runs for ``verl-split advise``: each phase's time on each pool, from verl's per-step metrics.
+
+A run is one log of a job's run, in any format :mod:`verl_split.tools.advise.logs` reads (verl's console output of
+any release, verl's JSONL file logger, a CSV export of a tracker run), told by content. Its layout comes from
+the log when the log says, else from the flags (:mod:`verl_split.tools.advise.layout`).
+
+Each step is broken into *lanes*, the work of one pool in one phase. Under split placement verl's
+``timing_s/update_actor`` and ``timing_s/values`` measure the trainer's wait for work already under
+way, so the lanes come from verl-split's own ``split/*`` times there; in a stock run, from verl's timers.
+Everything else in the step (reward, advantages, weight sync, the rest) is ``fixed``: the cost model
+treats it as independent of the placement. The first step (start-up, first allocations) is left out,
+as in :func:`verl_split.dryrun.report.steady_steps`.
+
+A run with shared rollout (``VERL_SPLIT_SHARED_ROLLOUT=1``: rollout replicas on the critic pool too) logs
+``split/critic_pool_rollout_share``; when the critic pool generated a share of the sequences, the run's
+generation is counted on all its GPUs (actor pool + critic pool). Its weight push to the critic pool's
+replicas, ``split/shared_rollout_sync_s``, runs in verl's weight sync, outside the phases timed here, so it
+is taken out of the run's fixed part and kept apart: it is a cost of shared rollout, not of every layout.
+
+A run with the critic's update deferred (``defer_critic`` in ``VERL_SPLIT_OVERLAP``) logs
+``split/critic_update_deferred``, ``split/critic_update_hidden_s`` and ``split/critic_join_wait_s``: its
+``timing_s/update_critic`` is only the dispatch, the critic update's lane is ``split/critic_update_s`` as in
+every split run, and without the preparation overlap the wait at the join (inside the next step's
+``timing_s/values``) is taken out of the values lane.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_split.core import metric_names as names
+from verl_split.dryrun.report import phase_times, steady_steps
+from verl_split.placement import Cluster
+from verl_split.tools.advise.exports import AdviseError
+from verl_split.tools.advise.layout import RunLayout, run_layout
+from verl_split.tools.advise.logs import CSV, read_log
+
+__all__ = ["AdviseError", "LANES", "Run", "Spread", "lane_times", "read_records", "read_run"]
+
+#: The lanes of one PPO step: (name, the pool that runs it, what it is).
+LANES: tuple[tuple[str, str, str], ...] = (
+    ("gen", "actor", "generation"),
+    ("actor_prep", "actor", "old_log_prob + ref"),
+    ("critic_prep", "critic", "values"),
+    ("actor_update", "actor", "actor update"),
+    ("critic_update", "critic", "critic update"),
+)
+LANE_POOL = {name: pool for name, pool, _ in LANES}
+LANE_MEANING = {name: meaning for name, _, meaning in LANES}
+#: The phases of :func:`verl_split.dryrun.report.phase_times` that the cost model holds fixed.
+FIXED_PHASES = ("reward", "adv", "other")
+#: Shared rollout's metrics: the share of sequences the critic pool generated, the weight push's seconds.
+ROLLOUT_SHARE = names.CRITIC_POOL_ROLLOUT_SHARE
+PUSH_S = names.SHARED_ROLLOUT_SYNC_S
+
+#: The deferred critic update (``defer_critic``): its flag, its hidden part, the trainer's wait at its join.
+DEFERRED = names.CRITIC_UPDATE_DEFERRED
+HIDDEN_S = names.CRITIC_UPDATE_HIDDEN_S
+JOIN_WAIT_S = names.CRITIC_JOIN_WAIT_S
+#: verl's weight sync after the actor's update (0.8+ and v1; before, it is inside generation).
+SYNC_S = "timing_s/update_weights"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A quantity over a run's steady steps."""
+
+    mean: float
+    std: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+        return cls(mean=mean, std=std, low=min(values), high=max(values), n=len(values))
+
+    def to_json(self) -> dict[str, float]:
+        return {"mean": self.mean, "std": self.std, "min": self.low, "max": self.high, "steps": self.n}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: its layout and each lane's (and the fixed part's) time over its steady steps."""
+
+    path: str
+    #: GPUs of the actor's pool and of the critic's (the same pool when ``colocated``).
+    actor_gpus: int
+    critic_gpus: int
+    colocated: bool
+    split_metrics: bool  # the run logged verl-split's layout
+    steps: tuple[int, ...]  # the steady steps the means are over
+    first_step: int
+    lanes: dict[str, Spread]
+    fixed: Spread
+    step: Spread
+    notes: tuple[str, ...] = field(default=())
+    #: Shared rollout: the share of sequences the critic pool generated, and the weight push to its replicas.
+    rollout_share: Spread | None = None
+    push: Spread | None = None
+    #: How the log was read: its format, the cluster it trained on and where the layout came from.
+    format: str = ""
+    cluster: Cluster | None = None
+    layout_source: str = ""
+    #: verl's weight sync after the actor update; a deferred critic update's hidden part and join wait.
+    sync: Spread | None = None
+    hidden: Spread | None = None
+    join_wait: Spread | None = None
+
+    @property
+    def shared_rollout(self) -> bool:
+        """The critic pool generated too: the run's generation ran on all its GPUs."""
+        return not self.colocated and self.rollout_share is not None and self.rollout_share.mean > 0
+
+    @property
+    def deferred(self) -> bool:
+        """The run deferred the critic's update into the next step (``defer_critic``)."""
+        return self.join_wait is not None
+
+    def gpus_of(self, lane: str) -> int:
+        if lane == "gen" and self.shared_rollout:
+            return self.actor_gpus + self.critic_gpus
+        return self.actor_gpus if LANE_POOL[lane] == "actor" else self.critic_gpus
+
+    @property
+    def layout(self) -> str:
+        if self.colocated:
+            return f"one pool of {self.actor_gpus}" + ("" if self.split_metrics else " (stock)")
+        shared = ", shared rollout" if self.shared_rollout else ""
+        deferred = ", critic update deferred" if self.deferred else ""
+        return f"{self.actor_gpus} actor + {self.critic_gpus} critic{shared}{deferred}"
+
+    def to_json(self) -> dict[str, Any]:
+        def spread(value: Spread | None) -> dict[str, float] | None:
+            return None if value is None else value.to_json()
+
+        return {
+            "path": self.path,
+            "format": self.format,
+            "layout": "colocated" if self.colocated else "split",
+            "actor_pool_gpus": self.actor_gpus,
+            "critic_pool_gpus": self.critic_gpus,
+            "layout_source": self.layout_source,
+            "cluster": None
+            if self.cluster is None
+            else {"nnodes": self.cluster.nnodes, "n_gpus_per_node": self.cluster.n_gpus_per_node},
+            "steps": list(self.steps),
+            "lanes_s": {name: spread.to_json() for name, spread in self.lanes.items()},
+            "fixed_s": self.fixed.to_json(),
+            "step_s": self.step.to_json(),
+            "shared_rollout": self.shared_rollout,
+            "critic_pool_rollout_share": spread(self.rollout_share),
+            "shared_rollout_sync_s": spread(self.push),
+            "weight_sync_s": spread(self.sync),
+            "critic_update_deferred": self.deferred,
+            "critic_update_hidden_s": spread(self.hidden),
+            "critic_join_wait_s": spread(self.join_wait),
+            "notes": list(self.notes),
+        }
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The training steps of one run's log, any format, one flat dict per step (``step`` included)."""
+    return read_log(path).steps
+
+
+def lane_times(step: Mapping[str, Any], join_wait: float | None = None) -> dict[str, float]:
+    """One step's lanes that the step ran: a missing lane (no critic, a critic warm-up step) is left out.
+
+    ``join_wait``: the trainer's wait at this step's values for the previous step's deferred critic update
+    (logged with that step), inside verl's ``timing_s/values`` when values was not overlapped.
+    """
+
+    def get(key: str) -> float | None:
+        return _number(step.get(key))
+
+    def timing(*names: str) -> float | None:
+        values = [get(f"timing_s/{name}") for name in names]
+        present = [v for v in values if v is not None]
+        return sum(present) if present else None
+
+    values = timing("values")
+    if values is not None and join_wait:
+        values = max(values - join_wait, 0.0)
+    lanes = {
+        "gen": get("timing_s/gen"),
+        "actor_prep": get(names.PREP_ACTOR_S) if names.PREP_ACTOR_S in step else timing("old_log_prob", "ref"),
+        "critic_prep": get(names.PREP_CRITIC_S) if names.PREP_CRITIC_S in step else values,
+        "critic_update": get(names.CRITIC_UPDATE_S) if names.CRITIC_UPDATE_S in step else timing("update_critic"),
+    }
+    if names.CRITIC_UPDATE_S in step:  # verl-split timed the updates; no actor time: a critic warm-up step
+        lanes["actor_update"] = get(names.ACTOR_UPDATE_S)
+    else:
+        lanes["actor_update"] = timing("update_actor")
+    return {name: value for name, value in lanes.items() if value is not None}
+
+
+def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
+    """Read one run and the layout it trained on; raise AdviseError if it cannot be used."""
+    log = read_log(path)
+    name, steps = log.path, log.steps
+    steady = steady_steps(steps)
+    notes = list(log.notes)
+    if len(steps) == 1:
+        notes.append(f"only step {steps[0]['step']}, which pays one-off start-up costs: run a few more steps")
+    layout: RunLayout = run_layout(name, steady[-1], log.config, cluster)
+    notes += layout.notes
+    per_lane: dict[str, list[float]] = {lane: [] for lane in LANE_POOL}
+    previous = {int(s["step"]): s for s in steps}
+    for step in steady:
+        before = previous.get(int(step["step"]) - 1, {})
+        for lane, value in lane_times(step, _number(before.get(JOIN_WAIT_S))).items():
+            per_lane[lane].append(value)
+    missing = [LANE_MEANING[lane] for lane, values in per_lane.items() if not values and lane != "gen"]
+    if missing and log.format == CSV:  # an export may hold only the columns someone picked
+        notes.append(
+            f"no {', '.join(missing)} column(s): those lanes are left out (a job without a critic has no critic "
+            "lanes); export them if the run had them"
+        )
+    if not per_lane["gen"]:
+        raise AdviseError(
+            f"{name} has no generation time (timing_s/gen) in steps {steady[0]['step']}-{steady[-1]['step']}: "
+            "advise needs the timing_s/* metrics of verl's PPO trainer."
+        )
+    times = [phase_times(step) for step in steady]
+    shares = _values(steady, ROLLOUT_SHARE)
+    pushes = [_number(step.get(PUSH_S)) for step in steady]
+    measured_pushes = [push for push in pushes if push is not None]
+    # The push ran in verl's weight sync, which phase_times counts in 'other': out of the fixed part.
+    fixed = [sum(t[p] for p in FIXED_PHASES) - (push or 0.0) for t, push in zip(times, pushes, strict=True)]
+    rollout_share = Spread.of(shares) if shares else None
+    if rollout_share is not None and rollout_share.mean > 0 and not layout.colocated:
+        even = layout.critic_gpus / (layout.actor_gpus + layout.critic_gpus)
+        notes.append(
+            f"shared rollout: the critic pool generated {100 * rollout_share.mean:.0f} % of the sequences "
+            f"({100 * even:.0f} % would be an even spread over the GPUs); its generation counts as on all "
+            f"{layout.actor_gpus + layout.critic_gpus} GPUs"
+        )
+    syncs = [max(value - (push or 0.0), 0.0) for value, push in _pairs(steady, SYNC_S, PUSH_S)]
+    waits, hidden = _values(steady, JOIN_WAIT_S), _values(steady, HIDDEN_S)
+    return Run(
+        path=name,
+        actor_gpus=layout.actor_gpus,
+        critic_gpus=layout.critic_gpus,
+        colocated=layout.colocated,
+        split_metrics=layout.split_metrics,
+        steps=tuple(int(step["step"]) for step in steady),
+        first_step=int(steps[0]["step"]),
+        lanes={lane: Spread.of(values) for lane, values in per_lane.items() if values},
+        fixed=Spread.of([max(value, 0.0) for value in fixed]),
+        step=Spread.of([t["step"] for t in times]),
+        notes=tuple(notes),
+        rollout_share=rollout_share,
+        push=Spread.of(measured_pushes) if measured_pushes else None,
+        format=log.format,
+        cluster=layout.cluster,
+        layout_source=layout.pools_source,
+        sync=Spread.of(syncs) if syncs else None,
+        hidden=Spread.of(hidden) if hidden else None,
+        join_wait=Spread.of(waits) if waits else None,
+    )
+
+
+def _values(steps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    return [v for v in (_number(step.get(key)) for step in steps) if v is not None]
+
+
+def _pairs(steps: Sequence[Mapping[str, Any]], key: str, other: str) -> list[tuple[float, float | None]]:
+    """(step[key], step[other] or None) for the steps that have ``key``."""
+    return [(v, _number(s.get(other))) for s in steps if (v := _number(s.get(key))) is not None]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)

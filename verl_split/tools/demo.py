@@ -1,0 +1,214 @@
+"""``verl-split demo``: stock verl PPO on CPU with a tiny model, a few steps.
+
+It makes the tiny assets (cached), then runs ``python -m verl.trainer.main_ppo`` in a
+subprocess with ``VERL_SPLIT_CPU=1``: verl's own entry point, trainer, FSDP2 workers
+(over gloo), reward loop and metrics, with verl-split's CPU platform and CPU rollout.
+``VERL_SPLIT`` and the other ``VERL_SPLIT_*`` variables pass through from the caller,
+so ``VERL_SPLIT=1 verl-split demo`` runs the same job with split placement; ``--compare``
+runs it three ways (stock verl, split with overlaps off, split with overlaps on).
+verl's output goes to ``main_ppo.log`` in each run's folder, its per-step metrics through
+verl's ``file`` logger to ``metrics.jsonl`` there (the main run's in ``OUT``); the console
+gets a line per step, then the per-phase table, the update table and the plots' paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verl_split.core import compat, settings
+from verl_split.core.errors import VerlSplitError
+from verl_split.dryrun import report, runner
+from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
+from verl_split.dryrun.recipe import (
+    DEFAULT_OUT,
+    DEFAULT_STEPS,
+    check_trainer,
+    default_trainer,
+    dry_run_overrides,
+    run_environment,
+)
+from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics
+
+TIMELINE_FILE = "timeline.json"
+PLOT_FILE = "update_times.png"
+STEP_PLOT_FILE = "step_times.png"
+#: The runs of ``--compare``, as the tables and plots title them.
+STOCK_TITLE = "stock"
+SEQUENTIAL_TITLE = "split, overlaps off"
+OVERLAP_TITLE = "split, overlaps on"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)")
+    parser.add_argument("--algo", choices=("gae", "grpo"), default="gae", help="advantage estimator")
+    parser.add_argument(
+        "--trainer",
+        choices=("v1", "v0"),
+        default=None,
+        help="verl trainer: v1 (trainer.use_v1, verl 0.9 only) or v0 (RayPPOTrainer); default: verl's own default",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="logical GPUs per node (default: 2 with VERL_SPLIT=1 or --compare, else 1)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="run the job three ways (stock verl, split with overlaps off, split with overlaps on), "
+        "in OUT/stock, OUT/sequential and OUT, and compare their phases",
+    )
+    parser.add_argument("--out", default=DEFAULT_OUT, help="output folder (default ./%(default)s)")
+    parser.add_argument("--assets", default=None, help="cache folder for the tiny assets (default OUT/assets)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One main_ppo run of the demo: its title in the tables, its folder, the environment it starts in,
+    and what the progress lines call it."""
+
+    title: str
+    out: Path
+    env: dict[str, str]
+    label: str = ""
+
+
+def demo_jobs(out: Path, compare: bool, environ: Mapping[str, str] | None = None) -> list[Job]:
+    """The demo's runs, the main one (metrics in ``out``) last.
+
+    Without ``compare`` one run with the caller's ``VERL_SPLIT*`` as given. With ``compare`` the same job
+    three ways on the same logical GPUs: stock verl (no ``VERL_SPLIT*`` at all, verl-split's CPU dry run
+    aside), split placement with overlaps off, and with overlaps on. ``VERL_SPLIT_PLACEMENT`` passes
+    through to both split runs; only the main run writes the timeline.
+    """
+    env = dict(os.environ if environ is None else environ)
+    timeline = env.get("VERL_SPLIT_TRACE") or str(out / TIMELINE_FILE)
+    if not compare:
+        split = settings.read(env).enabled
+        main_env = {**env, "VERL_SPLIT_TRACE": timeline} if split else env
+        return [Job("split" if split else "stock", out, main_env, "split placement" if split else "stock verl")]
+    stock = {k: v for k, v in env.items() if not k.startswith("VERL_SPLIT")}
+    split = {k: v for k, v in env.items() if k not in ("VERL_SPLIT", "VERL_SPLIT_OVERLAP", "VERL_SPLIT_TRACE")}
+    split["VERL_SPLIT"] = "1"
+    overlaps_off = {**split, "VERL_SPLIT_OVERLAP": "off"}
+    overlaps_on = {**split, "VERL_SPLIT_OVERLAP": "on", "VERL_SPLIT_TRACE": timeline}
+    return [
+        Job(STOCK_TITLE, out / "stock", stock, "stock verl"),
+        Job(SEQUENTIAL_TITLE, out / "sequential", overlaps_off, "split placement, overlaps off"),
+        Job(OVERLAP_TITLE, out, overlaps_on, "split placement, overlaps on"),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        split = settings.read().enabled or args.compare
+        family = compat.check_supported()  # before any work: the family and the trainer it has
+        trainer = args.trainer or default_trainer(family)
+        check_trainer(trainer, family)
+    except (VerlSplitError, ValueError) as exc:
+        print(f"verl-split demo: {exc}", file=sys.stderr)
+        return 2
+    gpus = args.gpus or (2 if split else 1)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    assets = _make_assets_quietly(args.assets or out / "assets")
+
+    def overrides(job_out: Path) -> list[str]:
+        return dry_run_overrides(assets, args.steps, args.algo, trainer, job_out, gpus, family) + list(args.overrides)
+
+    jobs = demo_jobs(out, args.compare)
+    if args.compare:
+        mode = "stock verl, then split placement with overlaps off, then on"
+    else:
+        mode = "split placement" if split else "stock placement (set VERL_SPLIT=1 for split placement)"
+    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {trainer}, {gpus} logical GPU(s), {mode}")
+    if split and not _print_placement(overrides(out)):
+        return 2
+    if args.compare:
+        print(f"stock verl: one pool (global_pool), every role on each of the {gpus} logical GPUs")
+    metrics: dict[str, list[dict[str, Any]]] = {}
+    for number, job in enumerate(jobs, 1):
+        code = run_job(job, overrides(job.out), f"[{number}/{len(jobs)}]", args.steps)
+        if code != 0:
+            return code
+        metrics[job.title] = read_metrics(job.out / METRICS_FILE)
+    return _summary(jobs, metrics, out)
+
+
+def _summary(jobs: list[Job], metrics: dict[str, list[dict[str, Any]]], out: Path) -> int:
+    """The per-phase table of every run, the update table of the split runs, and the plots."""
+    print(f"\nverl-split demo: per-step metrics in {out / METRICS_FILE}")
+    columns = [(job.title, metrics[job.title]) for job in jobs]
+    print(report.phase_table(columns))
+    step_plot = out / STEP_PLOT_FILE
+    report.plot_step_times(columns, step_plot)
+    rows = report.step_rows(metrics[jobs[-1].title])
+    if not rows:
+        print("(no split/* metrics: the run used stock placement, or no step had a critic update)")
+        print(f"plot of each step's phases: {step_plot}")
+        return 0
+    sequential = report.step_rows(metrics.get(SEQUENTIAL_TITLE, []))
+    print(f"\nupdate phase per step, {jobs[-1].title}:")
+    print(report.summary_table(rows, sequential))
+    timeline = jobs[-1].env.get("VERL_SPLIT_TRACE", "")
+    if timeline and Path(timeline).exists():
+        print(f"timeline of the updates per pool (chrome://tracing, ui.perfetto.dev): {timeline}")
+    plot = out / PLOT_FILE
+    report.plot_update_times(rows, sequential, plot)
+    print(f"plots: each step's phases {step_plot}, the update times {plot}")
+    return 0
+
+
+def _make_assets_quietly(directory: str | os.PathLike[str]) -> TinyAssets:
+    """The tiny assets, without transformers' load report and progress bars on the demo's console."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    return make_tiny_assets(directory)
+
+
+def _print_placement(overrides: list[str]) -> bool:
+    """Plan the run's placement from its composed config, as the run will, and draw it."""
+    from verl_split import placement
+    from verl_split.tools import hydra_config
+
+    try:
+        plan = placement.plan_from_config(hydra_config.compose_config("ppo_trainer", None, overrides))
+    except VerlSplitError as exc:
+        print(f"verl-split demo: {exc}", file=sys.stderr)
+        return False
+    print(placement.render_plan(plan), flush=True)
+    return True
+
+
+def run_job(job: Job, overrides: list[str], tag: str, steps: int) -> int:
+    """One main_ppo run, verl's output to the run's log; a line when it starts and one per finished step."""
+    log = job.out / LOG_FILE
+    print(f"{tag} {job.label}: starting main_ppo, its output in {log}", flush=True)
+
+    def on_step(step: dict[str, Any]) -> None:
+        took = step.get("timing_s/step")
+        took_text = f"{float(took):.1f}s" if took is not None else "done"
+        print(f"{tag} {job.label}: step {step['step']}/{steps} {took_text}", flush=True)
+
+    finished = runner.run_logged(
+        main_ppo_command(overrides), run_environment(job.out, job.env), job.out, log, job.out / METRICS_FILE, on_step
+    )
+    if finished.returncode != 0:
+        print(runner.log_tail(log, 40), end="", file=sys.stderr)
+        print(
+            f"verl-split demo: {job.label}: verl exited with status {finished.returncode}; its whole output: {log}",
+            file=sys.stderr,
+        )
+        return finished.returncode
+    print(f"{tag} {job.label}: finished in {finished.wall_s:.0f}s", flush=True)
+    return 0
