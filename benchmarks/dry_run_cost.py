@@ -7,7 +7,7 @@ Per repetition, the tiny dry-run PPO job (``verl_split.dryrun.recipe``: GAE with
 trainer, 3 steps) runs twice on 2 logical GPUs: stock verl (``VERL_SPLIT`` unset) and split placement
 with every overlap (``VERL_SPLIT=1``). For each run: the wall time of the whole ``main_ppo`` process
 (start-up included), the mean step time of steps 2..S, and the peak summed RSS and PSS of its process
-tree (driver, Ray, every worker; ``verl_split.proc_memory``). Tables show every repetition and
+tree (driver, Ray, every worker; ``tests/proc_memory.py``). Tables show every repetition and
 min / median / max, and the former budgets. Run from the repository root on an idle machine:
 
     .venv/bin/python benchmarks/dry_run_cost.py --json benchmarks/dry_run_cost.json   # ~6 min on 2 cores

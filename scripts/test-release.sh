@@ -16,5 +16,5 @@ else
     python=.venvs/verl-$release/bin/python
     [[ -x $python ]] || { echo "no .venvs/verl-$release: build it with scripts/source-env.sh VERL_SOURCE_DIR $release" >&2; exit 2; }
 fi
-"$python" -c 'from verl_split import compat; print("=== the suite on verl", compat.installed_version() + ":", compat.untested_note() or "tested")'
+"$python" -c 'from verl_split.core import compat; print("=== the suite on verl", compat.installed_version() + ":", compat.untested_note() or "tested")'
 exec "$python" -m pytest "$@"

@@ -244,7 +244,7 @@ def test_a_checkpoint_holds_the_updated_critic(run):
 
 def test_critic_warmup_and_the_switch_off_keep_the_stock_order_with_one_line(run, monkeypatch, caplog):
     trainer = FakeTrainer(steps=2, critic_warmup=2)
-    with caplog.at_level(logging.INFO, logger="verl_split.runtime.overlap.updates"):
+    with caplog.at_level(logging.INFO, logger="verl_split.overlap"):
         run(trainer)
     assert "The critic's update is joined in its own step: critic warm-up" in caplog.text
     assert calls_of(trainer, "values")[1][2] == 1  # step 1's update was done before step 2 started

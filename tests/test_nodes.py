@@ -18,8 +18,8 @@ def node(name: str, total: float = 4, available: float | None = None, address: s
 
 def test_fit_assigns_plan_nodes_in_order():
     plan = plan_placement("per-node", Cluster(2, 4))
-    nodes = [node("a"), node("b", address="10.0.0.2")]
-    assigned = nodes.check_fit(plan, plan.resource_pool_spec, nodes)
+    alive = [node("a"), node("b", address="10.0.0.2")]
+    assigned = nodes.check_fit(plan, plan.resource_pool_spec, alive)
     assert {i: n.node_id for i, n in assigned.items()} == {0: "a" * 8, 1: "b" * 8}
 
 

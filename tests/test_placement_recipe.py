@@ -1,7 +1,7 @@
 """The 8-GPU recipe's advertised layouts plan with the recipe's own settings, on every family's batch rules.
 
 Each ``bash run_deepseek7b_llm.sh ...`` line of the script's header is run with a stand-in interpreter
-that records the arguments (``test_examples.script_arguments``), composed with hydra against the
+that records the arguments (``test_example_scripts.script_arguments``), composed with hydra against the
 installed verl's config, and planned with the batch rules of verl 0.7 (legacy and engine workers),
 0.8, and 0.9 (v1 and v0 trainers). The layouts the recipe used to advertise, 6:2 and 3:5 with its
 1024 / 256 batch, are refused, through ``verl-split plan`` too.
@@ -16,12 +16,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_examples import EXAMPLE, compose_split, script_arguments
+from test_example_scripts import script_arguments
+from test_examples import EXAMPLE, compose_split
 
 from verl_split import placement as planner
 from verl_split.core.errors import PlacementError
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.subprocess
 
 SCRIPT = EXAMPLE / "run_deepseek7b_llm.sh"
 

@@ -197,7 +197,7 @@ def test_the_preflight_reads_source_only_and_is_quick():
     report = preflight.run(APPLYING)
     assert report.seconds < 5  # about 0.15 s on the 2-core machine: a dozen files parsed
     code = (
-        "import sys, json; from verl_split import activation; activation.run_preflight(); "
+        "import sys, json; from verl_split.plugin import activation; activation.run_preflight(); "
         "print(json.dumps(sorted(m for m in sys.modules if m == 'verl' or m.startswith('verl.'))))"
     )
     imported = run_json(code)

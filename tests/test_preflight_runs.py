@@ -95,7 +95,7 @@ needs_entry_points = pytest.mark.skipif(
 
 @needs_entry_points
 def test_a_newer_verl_runs_with_one_untested_line_when_the_preflight_passes(newer_verl):
-    code = "import verl; from verl_split import activation; print(activation.is_active())"
+    code = "import verl; from verl_split.plugin import activation; print(activation.is_active())"
     proc = subprocess.run(
         [sys.executable, "-c", code],
         env=clean_env({"PYTHONPATH": str(newer_verl), "VERL_SPLIT": "1"}),

@@ -294,7 +294,7 @@ def test_no_verl_here_skips_the_release_check(monkeypatch):
 
 def test_the_launching_process_stops_before_ray(monkeypatch):
     # placement_check runs plan_from_config on main_ppo's config in the launching process.
-    from verl_split.seams.placement_check import check_config
+    from verl_split.runtime.placement.hooks import check_config
 
     settings.freeze(settings.Settings(enabled=True, shared_rollout=True))
     cfg = with_placement(config(shared=None), "all")

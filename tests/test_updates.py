@@ -186,7 +186,7 @@ def test_sequential_updates_say_why_and_still_report(
     monkeypatch.setenv("VERL_SPLIT_OVERLAP", setting)
     patched(pools)
     trainer = trainer_class()
-    with caplog.at_level(logging.INFO, logger="verl_split.runtime.overlap.updates"):
+    with caplog.at_level(logging.INFO, logger="verl_split.overlap"):
         metrics = trainer._step_once()
     assert reason in caplog.text
     assert shared(trainer.calls["actor"], trainer.calls["critic"]) == 0.0
@@ -215,7 +215,7 @@ def test_without_a_critic_call_the_actor_update_is_stock(patched):
 def test_a_blocking_critic_dispatch_runs_the_actor_after_it(patched, caplog):
     patched()
     trainer = FakeTrainer(blocking=True)
-    with caplog.at_level(logging.WARNING, logger="verl_split.runtime.overlap.updates"):
+    with caplog.at_level(logging.WARNING, logger="verl_split.overlap"):
         metrics = trainer._step_once()
     assert "did not dispatch the critic's update through a non-blocking call" in caplog.text
     assert metrics["split/overlapped"] == 0.0
