@@ -268,7 +268,9 @@ needs_startup_file = pytest.mark.skipif(
 # The activation probe, then `verl-split doctor`'s report of the same process, as text.
 ACTIVATION_AND_DOCTOR = ACTIVATION.replace(
     "print(json.dumps(",
-    "from verl_split.tools import doctor\ndoctor.print_text(doctor.collect_report(), 'this process')\nprint(json.dumps(",
+    "from verl_split.tools import doctor\n"
+    "doctor.print_text(doctor.collect_report(), 'this process')\n"
+    "print(json.dumps(",
 )
 
 
