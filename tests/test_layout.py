@@ -95,9 +95,21 @@ def test_the_circle_finder_finds_one():
     assert find_circle({"a": {"b"}, "b": set()}) == []
 
 
+def long_modules(package: Path) -> dict[str, int]:
+    """The modules under ``package`` over MAX_LINES lines, with their length."""
+    lengths = {p: len(p.read_text().splitlines()) for p in package.rglob("*.py")}
+    return {str(p.relative_to(package)): n for p, n in lengths.items() if n > MAX_LINES}
+
+
 def test_no_module_over_300_lines():
-    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 300}
+    long = long_modules(PACKAGE)
     assert long == {}, f"split these by job (one job per module): {long}"
+
+
+def test_the_length_check_finds_a_long_module(tmp_path):
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    assert long_modules(tmp_path) == {"long.py": MAX_LINES + 1}
 
 
 def tiers_of(path: Path) -> list[str]:
@@ -113,3 +125,17 @@ def tiers_of(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", sorted((ROOT / "tests").rglob("test_*.py")), ids=lambda p: p.name)
 def test_every_test_file_is_in_one_tier(path):
     assert len(tiers_of(path)) == 1, f"{path.name}: put `pytestmark = pytest.mark.<tier>` (one of {TIERS}) at the top"
+
+
+def test_the_tier_check_finds_a_file_without_a_tier_and_one_with_two(tmp_path):
+    cases = {
+        "none": "import pytest\n",
+        "other_mark_only": "import pytest\npytestmark = pytest.mark.ray\n",
+        "two": "import pytest\npytestmark = [pytest.mark.unit, pytest.mark.e2e]\n",
+        "one": "import pytest\npytestmark = [pytest.mark.subprocess, pytest.mark.ray]\n",
+    }
+    found = {}
+    for name, text in cases.items():
+        (tmp_path / f"test_{name}.py").write_text(text)
+        found[name] = tiers_of(tmp_path / f"test_{name}.py")
+    assert found == {"none": [], "other_mark_only": [], "two": ["unit", "e2e"], "one": ["subprocess"]}
