@@ -16,7 +16,7 @@ was 5.7e-4 after the first update and 1.0e-3 after the second (measured once, by
 from __future__ import annotations
 
 import pytest
-from families import DEFAULT_TRAINER, FAMILY
+from families import DEFAULT_TRAINER, FAMILY, extended_on
 
 from verl_split.dryrun.recipe import dry_run_overrides
 
@@ -28,7 +28,7 @@ STEPS = 3
 GIB = 1 << 30
 
 
-def _check_common(run, steps: int) -> None:
+def check_ppo_run(run, steps: int) -> None:
     run.assert_ok()
     assert [m["step"] for m in run.metrics] == list(range(1, steps + 1)), run.log[-3000:]
     # Rewards come from the rule-based function: scores are 0, 0.1 or 1 per answer.
@@ -47,11 +47,12 @@ def _check_common(run, steps: int) -> None:
         assert len(set(ppl)) == len(ppl), f"policy did not move: {ppl}"
 
 
+@extended_on(("0.9",), "on 0.9 the demo's stock run is this job, checked the same way (test_demo_e2e.py)")
 def test_ppo_gae_with_critic(tiny_assets, tmp_path, main_ppo_runner):
     """3 PPO steps, GAE, a critic, verl's default trainer (v1 on 0.9, else v0): < 5 min, < 8 GiB."""
     out = tmp_path / "gae_default"
     run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "gae", None, out), out)
-    _check_common(run, STEPS)
+    check_ppo_run(run, STEPS)
     for key in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean"):
         run.assert_finite(key)
     print(
@@ -66,7 +67,7 @@ def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     out = tmp_path / "grpo"
     overrides = dry_run_overrides(tiny_assets, STEPS, "grpo", None, out, n_gpus_per_node=2)
     run = main_ppo_runner(overrides, out, env={"VERL_SPLIT": "1"})
-    _check_common(run, STEPS)
+    check_ppo_run(run, STEPS)
     assert not run.series("critic/vf_loss"), "GRPO must not train a critic"
     run.assert_finite("actor/kl_loss")
     assert not run.series("split/overlapped")
@@ -79,5 +80,5 @@ def test_ppo_gae_legacy_trainer_two_gpus(tiny_assets, tmp_path, main_ppo_runner)
     """The same PPO through RayPPOTrainer (0.9: ``trainer.use_v1=false``; before 0.9 the only one), 2 logical GPUs."""
     out = tmp_path / "gae_v0"
     run = main_ppo_runner(dry_run_overrides(tiny_assets, STEPS, "gae", "v0", out, n_gpus_per_node=2), out)
-    _check_common(run, STEPS)
+    check_ppo_run(run, STEPS)
     run.assert_finite("critic/vf_loss")

@@ -14,6 +14,8 @@ import subprocess
 import sys
 
 import pytest
+from conftest import PPORun
+from test_cpu_dry_run import check_ppo_run
 
 from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, read_metrics
 from verl_split.placement import Cluster
@@ -59,6 +61,19 @@ def test_demo_compare_runs_three_ways_and_keeps_the_console_short(demo):
         assert f"{tag}: step {STEPS}/{STEPS} " in console, tag
     assert "ray init kwargs" not in console  # verl's own output stays in the logs
     assert len(lines) < 100, console
+
+
+def test_the_demos_stock_run_is_a_sound_ppo_run(demo):
+    """The stock run is the CPU dry run's GAE job on verl's default trainer: the dry run's own checks hold
+    (on 0.9 this is that job's e2e check; test_cpu_dry_run.py runs it on the other families)."""
+    out, proc = demo
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    stock = out / "stock"
+    metrics = read_metrics(stock / METRICS_FILE)
+    run = PPORun(0, 0.0, 0, 0, metrics, (stock / LOG_FILE).read_text(errors="replace"))
+    check_ppo_run(run, STEPS)
+    for key in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean"):
+        run.assert_finite(key)
 
 
 def test_advise_reads_the_demos_real_runs(demo):

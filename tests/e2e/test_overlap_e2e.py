@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import PPORun, plugin_env, run_main_ppo
-from families import DEFAULT_TRAINER, extended_on
+from families import DEFAULT_TRAINER, FAMILY, extended_on
 
 from verl_split.dryrun.recipe import dry_run_overrides
 
@@ -255,7 +255,14 @@ def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, t
             "the critic's values failed on resource pool 'critic_pool'",
             marks=pytest.mark.extended,
         ),
-        ("SLOW_PREP_KILL", "actor", "the actor's old_log_prob failed on resource pool 'actor_rollout_ref_pool'"),
+        pytest.param(
+            "SLOW_PREP_KILL",
+            "actor",
+            "the actor's old_log_prob failed on resource pool 'actor_rollout_ref_pool'",
+            marks=[pytest.mark.extended(reason="the prep lane's fault handling is verl-split's own: shown on 0.9")]
+            if FAMILY in ("0.7", "0.8")
+            else [],
+        ),
     ],
 )
 def test_a_failure_in_either_lane_ends_the_run_promptly(tiny_assets, tmp_path, fault, role, message):

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from families import extended_on
 
 from verl_split.dryrun.recipe import dry_run_overrides
 
@@ -49,6 +50,10 @@ def test_ppo_gae_split_halves(halves_split_run):
         run.assert_finite(key)
 
 
+@extended_on(
+    ("0.7", "0.8"),
+    "test_placement_seams.py's test_legacy_trainer_without_verl_split_is_stock shows RayPPOTrainer's stock pools there",
+)
 def test_without_verl_split_the_layout_is_stock(tiny_assets, tmp_path):
     from conftest import plugin_env, run_main_ppo
 
