@@ -19,6 +19,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from test_updates import FakeRef
 
 from verl_split.core import log
 from verl_split.core.errors import UpdateFailedError
@@ -29,14 +30,6 @@ from verl_split.runtime.overlap import deferral, deferral_hooks, prep_hooks, tra
 pytestmark = pytest.mark.unit
 
 WORK_S = 0.2
-
-
-class FakeRef:
-    def __init__(self, future: concurrent.futures.Future) -> None:
-        self._future = future
-
-    def get(self):
-        return self._future.result()
 
 
 class FakeCriticGroup:
