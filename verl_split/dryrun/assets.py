@@ -6,6 +6,12 @@ synthetic "a+b=" task in verl's RLHF parquet format. The critic is the same netw
 a one-output value head (``Qwen2ForTokenClassification``, what verl's critic loads), saved
 with its head: built from the LM path instead, verl would draw the head at random in
 every run, and two runs of the same job could not be compared number for number.
+
+Two shapes of the same network: ``cpu`` (head size 16, what the dry run, the tests and the benchmarks
+use; never to change) and ``gpu`` (head size 64, for ``scripts/gpu_smoke.py``). Head size 64 is in every
+list vLLM 0.24.0's CUDA attention backends check (FlashInfer's is 64/128/256/512,
+``vllm/v1/attention/backends/flashinfer.py:421-423``) and a size flash-attn 2.8.3 compiles a kernel
+for; ``tests/test_gpu_smoke_config.py`` holds the rules with their sources.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 #: Bump when what make_tiny_assets writes changes, so old caches are rebuilt.
@@ -36,6 +42,27 @@ _CHAT_TEMPLATE = (
 
 
 @dataclass(frozen=True)
+class ModelShape:
+    """The dimensions of the tiny Qwen2 network that differ between its variants."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+#: The CPU dry run's network: head size 16. Tests and benchmarks rely on its bytes: never change it.
+CPU_SHAPE = ModelShape(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
+#: The GPU smoke run's network: the same layout four times wider, head size 64 (see the docstring).
+GPU_SHAPE = replace(CPU_SHAPE, hidden_size=256, intermediate_size=512)
+SHAPES = {"cpu": CPU_SHAPE, "gpu": GPU_SHAPE}
+
+
+@dataclass(frozen=True)
 class TinyAssets:
     """Paths of the assets, all under ``root``."""
 
@@ -51,18 +78,23 @@ class TinyAssets:
         return {k: str(v) for k, v in asdict(self).items()}
 
 
-def make_tiny_assets(directory: str | os.PathLike[str], *, seed: int = 0) -> TinyAssets:
-    """Make the assets under ``directory``, or reuse them if a previous call made them."""
+def make_tiny_assets(directory: str | os.PathLike[str], *, seed: int = 0, variant: str = "cpu") -> TinyAssets:
+    """Make the assets under ``directory``, or reuse them if a previous call made them.
+
+    ``variant`` picks the network's shape (``SHAPES``): ``cpu`` for the dry run, ``gpu`` for vLLM.
+    """
+    if variant not in SHAPES:
+        raise ValueError(f"variant must be one of {sorted(SHAPES)}, not {variant!r}")
     root = Path(directory).expanduser().resolve()
     assets = _layout(root)
-    if _is_complete(root):
+    if _is_complete(root, variant):
         return assets
     root.mkdir(parents=True, exist_ok=True)
     # Build in a sibling temporary folder and move it in place: a run killed half-way,
     # or two processes building at once, never leave a half-made cache that looks done.
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
     try:
-        _build(staging, seed)
+        _build(staging, seed, variant)
         for name in ("model", "critic_model", "data", "reward.py", _MARKER):
             target = root / name
             if target.is_dir():
@@ -86,17 +118,27 @@ def _layout(root: Path) -> TinyAssets:
     )
 
 
-def _is_complete(root: Path) -> bool:
+def make_tiny_gpu_assets(directory: str | os.PathLike[str], *, seed: int = 0) -> TinyAssets:
+    """The assets with the ``gpu`` network (head size 64), for vLLM and flash-attention."""
+    return make_tiny_assets(directory, seed=seed, variant="gpu")
+
+
+def _is_complete(root: Path, variant: str) -> bool:
     try:
         marker = json.loads((root / _MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return marker.get("version") == ASSETS_VERSION
+    # The CPU marker has no "variant" (its bytes predate the GPU shape).
+    return marker.get("version") == ASSETS_VERSION and marker.get("variant", "cpu") == variant
 
 
-def _build(staging: Path, seed: int) -> None:
+def _marker(variant: str) -> dict[str, object]:
+    return {"version": ASSETS_VERSION} if variant == "cpu" else {"version": ASSETS_VERSION, "variant": variant}
+
+
+def _build(staging: Path, seed: int, variant: str) -> None:
     tokenizer = _build_tokenizer()
-    _build_model(staging / "model", tokenizer, seed)
+    _build_model(staging / "model", tokenizer, seed, SHAPES[variant])
     (staging / "data").mkdir()
     _write_split(staging / "data" / "train.parquet", "train", count=256, seed=seed)
     _write_split(staging / "data" / "val.parquet", "test", count=16, seed=seed + 1)
@@ -104,7 +146,7 @@ def _build(staging: Path, seed: int) -> None:
     from verl_split.runtime.cpu import reward
 
     shutil.copyfile(reward.__file__, staging / "reward.py")
-    (staging / _MARKER).write_text(json.dumps({"version": ASSETS_VERSION}))
+    (staging / _MARKER).write_text(json.dumps(_marker(variant)))
 
 
 def _build_tokenizer():
@@ -128,18 +170,18 @@ def _build_tokenizer():
     return tokenizer
 
 
-def _build_model(target: Path, tokenizer, seed: int) -> None:
+def _build_model(target: Path, tokenizer, seed: int, shape: ModelShape) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=320,  # >= len(tokenizer) (259); a round size keeps the embedding shardable
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
         max_position_embeddings=256,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.eos_token_id,
