@@ -28,7 +28,9 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 "${pip[@]}" -U pip
 # The CPU build of torch first, pinned: an unpinned torch would pull gigabytes of CUDA.
 "${pip[@]}" torch==2.13.0
-"${pip[@]}" -c "$constraints" "$verl_pin" -e '.[test]'
+# A family may name more extras on a line `# extras: a,b` of its constraints file (0.7: megatron-cpu).
+extras=$(sed -n 's/^# extras: *//p' "$constraints")
+"${pip[@]}" -c "$constraints" "$verl_pin" -e ".[test${extras:+,$extras}]"
 "$venv/bin/python" - "$family" <<'PY'
 import sys
 from importlib import metadata

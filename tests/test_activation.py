@@ -76,6 +76,7 @@ _BEFORE_V1 = {_RAY_TRAINER + "__init__"}
 _LEGACY_WORKERS = {
     "verl.single_controller.ray.base:func_generator",
     "verl.workers.fsdp_workers:CriticWorker.update_critic",
+    "verl.workers.megatron_workers:CriticWorker.update_critic",  # the 0.7 env has megatron-core (megatron-cpu)
 }
 #: Exactly the functions and methods VERL_SPLIT=1 replaces, per verl release family (the review asked
 #: for the exact set: a seam that patches too much or silently nothing shows here).

@@ -203,13 +203,15 @@ def test_critic_warmup_step_updates_only_the_critic(patched):
     assert metrics["split/critic_update_s"] >= WORK_S
 
 
-def test_without_a_critic_call_the_actor_update_is_stock(patched):
-    """GRPO: verl calls only _update_actor; nothing of verl-split's is added."""
+def test_without_a_critic_call_the_actor_update_is_stock_and_says_so(patched, caplog):
+    """GRPO: verl calls only _update_actor; it runs stock, and the step says it overlapped nothing."""
     patched()
     trainer = FakeTrainer()
     metrics: dict = {}
-    trainer._update_actor(object(), metrics)
-    assert metrics == {"actor/pg_loss": 0.25}
+    with caplog.at_level(logging.INFO, logger="verl_split.overlap"):
+        trainer._update_actor(object(), metrics)
+    assert metrics == {"actor/pg_loss": 0.25, "split/overlapped": 0.0}
+    assert "The actor's update runs alone: this run has no critic" in caplog.text
 
 
 def test_a_blocking_critic_dispatch_runs_the_actor_after_it(patched, caplog):
@@ -217,7 +219,7 @@ def test_a_blocking_critic_dispatch_runs_the_actor_after_it(patched, caplog):
     trainer = FakeTrainer(blocking=True)
     with caplog.at_level(logging.WARNING, logger="verl_split.overlap"):
         metrics = trainer._step_once()
-    assert "did not dispatch the critic's update through a non-blocking call" in caplog.text
+    assert "dispatched the critic's update with a blocking call" in caplog.text
     assert metrics["split/overlapped"] == 0.0
     assert trainer.calls["actor"][0] >= trainer.calls["critic"][1]
     assert len(trainer.actor_batches) == 1

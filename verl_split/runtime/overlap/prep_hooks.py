@@ -151,6 +151,10 @@ def make_values_wrapper(adapter: Any) -> Callable[..., Any]:
             result = adapter.values_result(step, step.join_values(), args, kwargs)
         else:
             if step is None:  # no actor-side call this step (bypass mode without ref)
+                _log_once(
+                    "no old_log_prob or ref call came before values in this step (verl's bypass mode without a "
+                    "reference policy), so values has nothing to run beside"
+                )
                 actor_pool, critic_pool = adapter.pools(trainer)
                 step = PrepStep(trainer, adapter, actor_pool, critic_pool, batch)
             deferral.join("values")  # the previous step's critic update, if it runs on

@@ -87,14 +87,22 @@ SEAMS: tuple[Seam, ...] = (
         ),
         wraps=_updates("RayPPOTrainer", "V0Adapter", _LEGACY + "make_update_critic_wrapper"),
     ),
-    Seam(
-        "legacy_critic_worker",
-        "verl.workers.fsdp_workers",
-        "split",
-        "updates",
-        compat.LEGACY_WORKERS,
-        needs=("CriticWorker.update_critic", "verl.single_controller.base.decorator:MAGIC_ATTR"),
-        apply=_LEGACY + "defer_critic_dispatch",
+    *(
+        # 0.7's two legacy critics: FSDP's, and Megatron's (main_ppo.py:195-197 picks it for every
+        # critic.strategy=megatron run, whatever use_legacy_worker_impl says).
+        Seam(
+            name,
+            target,
+            "split",
+            "updates",
+            compat.LEGACY_WORKERS,
+            needs=("CriticWorker.update_critic", "verl.single_controller.base.decorator:MAGIC_ATTR"),
+            apply=_LEGACY + "defer_critic_dispatch",
+        )
+        for name, target in (
+            ("legacy_critic_worker", "verl.workers.fsdp_workers"),
+            ("legacy_megatron_critic_worker", "verl.workers.megatron_workers"),
+        )
     ),
     Seam(
         "legacy_dispatch",

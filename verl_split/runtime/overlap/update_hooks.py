@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verl_split.core import log, settings
+from verl_split.core import metric_names as names
 from verl_split.core.errors import UpdateFailedError
 from verl_split.runtime.overlap import deferral, lanes
 from verl_split.runtime.overlap.trainers import TrainerAdapter, batch_arg
@@ -20,11 +21,18 @@ from verl_split.runtime.overlap.updates import ACTOR_LANE, STEP_ATTR, CriticGrou
 logger = logging.getLogger("verl_split.overlap")
 
 
+#: Why a step that overlaps nothing in its updates has nothing to overlap (said once, as every reason here).
+WARMUP = "critic warm-up (trainer.critic_warmup): the actor does not update in this step"
+NO_CRITIC = "this run has no critic (e.g. GRPO): the actor's update has nothing to run beside"
+BLOCKING = (
+    "{trainer}._update_critic dispatched the critic's update with a blocking call, so it was over before "
+    "anything could run beside it (split/overlapped 0{deferred}); please report this with your verl version"
+)
+
+
 def _why_sequential_defer(reason: str, trainer: Any) -> str:
     """Why a step that does not overlap its updates does not defer the critic's either."""
-    if reason:
-        return reason
-    return "critic warm-up (trainer.critic_warmup): the actor does not update in this step"
+    return reason or WARMUP
 
 
 def _why_sequential(trainer: Any, adapter: TrainerAdapter, actor_pool: str | None, critic_pool: str | None) -> str:
@@ -45,12 +53,15 @@ def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
         reason = _why_sequential(trainer, adapter, actor_pool, critic_pool)
         if reason:
             log.once(logger, f"Actor and critic updates run one after the other: {reason}.")
+        elif not adapter.actor_updates_this_step(trainer):
+            log.once(logger, f"The critic's update runs alone: {WARMUP}.")
         overlap = not reason and adapter.actor_updates_this_step(trainer)
         step = UpdateStep(trainer, adapter, actor_pool, critic_pool, args, kwargs, overlapped=overlap)
         step.global_step = trainer.global_steps
         vars(trainer).pop(STEP_ATTR, None)
         defer = False
-        if settings.current().defer_critic:
+        step.defer_asked = settings.current().defer_critic
+        if step.defer_asked:
             why_not = adapter.why_not_defer(trainer) if overlap else _why_sequential_defer(reason, trainer)
             if why_not:
                 log.once(logger, f"The critic's update is joined in its own step: {why_not}.")
@@ -71,6 +82,9 @@ def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
                     "the next step",
                     step.global_step,
                 )
+            else:  # deferral.launch found the critic's update over when its call returned
+                blocking = BLOCKING.format(trainer=type(trainer).__name__, deferred=", split/critic_update_deferred 0")
+                log.once(logger, f"The critic's update is joined in its own step: {blocking}.", logging.WARNING)
             setattr(trainer, STEP_ATTR, step)  # _update_actor runs here and reports its side
             return result
         if not overlap:
@@ -94,13 +108,8 @@ def make_update_critic_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
         if not step.critic.end:
             step.critic.end = time.monotonic()
         if step.actor_future is None:
-            log.once(
-                logger,
-                f"{type(trainer).__name__}._update_critic did not dispatch the critic's update through a "
-                "non-blocking call verl-split watches (train_mini_batch, update_critic), so the updates ran one "
-                "after the other (split/overlapped 0); please report this with your verl version",
-                logging.WARNING,
-            )
+            blocking = BLOCKING.format(trainer=type(trainer).__name__, deferred="")
+            log.once(logger, f"Actor and critic updates run one after the other: {blocking}.", logging.WARNING)
         setattr(trainer, STEP_ATTR, step)
         return result
 
@@ -112,8 +121,11 @@ def make_update_actor_wrapper(adapter: TrainerAdapter) -> Callable[..., Any]:
         if lanes.passing_through(ACTOR_LANE):
             return wrapped(*args, **kwargs)  # the launched update itself
         step: UpdateStep | None = vars(trainer).pop(STEP_ATTR, None)
-        if step is None:  # no critic this step (GRPO): stock
-            return wrapped(*args, **kwargs)
+        if step is None:  # no critic this step (GRPO): stock, and said
+            log.once(logger, f"The actor's update runs alone: {NO_CRITIC}.")
+            result = wrapped(*args, **kwargs)
+            adapter.report(result, args, kwargs, {names.OVERLAPPED: 0.0})
+            return result
         if step.actor_future is None:  # sequential, or beside a deferred critic update: run it here, timed
             step.actor.start = time.monotonic()
             try:

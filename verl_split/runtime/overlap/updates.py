@@ -62,6 +62,8 @@ class UpdateStep:
     global_step: int = 0  # the trainer's global_steps when the step's critic update started
     #: the critic's update runs on into the next step (deferral.py); set when it was launched so
     deferred: bool = False
+    #: VERL_SPLIT_OVERLAP asked for the deferral: a step that does not defer reports 0, never nothing
+    defer_asked: bool = False
     dispatched: concurrent.futures.Future | None = None  # deferred: the critic's request is out
     critic: Interval = field(default_factory=Interval)
     actor: Interval = field(default_factory=Interval)
@@ -160,6 +162,8 @@ class UpdateStep:
         if self.deferred:
             metrics[names.OVERLAPPED] = 1.0
             metrics[names.CRITIC_UPDATE_DEFERRED] = 1.0
+        elif self.defer_asked:
+            metrics[names.CRITIC_UPDATE_DEFERRED] = 0.0
         if self.actor.end:
             start, end = min(self.critic.start, self.actor.start), max(self.critic.end, self.actor.end)
             wall = max(end - start, 1e-9)
