@@ -3,16 +3,20 @@
 
     python scripts/gpu_smoke.py [--steps 3] [--out gpu_smoke] [--skip shared] [-- extra hydra overrides]
 
-Never run in CI (it needs GPUs and verl's GPU stack: `pip install --no-build-isolation 'verl-split[gpu]'`).
-It runs ``python -m verl.trainer.main_ppo`` on the demo's tiny model and data (``verl_split.dryrun.assets``)
-with vLLM rollout on a real 2-GPU Ray cluster, from the CPU dry run's overrides with the CPU-only ones
-replaced (vLLM instead of the CPU rollout, CUDA, Ray's real GPUs):
+Never run in CI. It needs 2 GPUs (Ampere or newer: flash-attn 2) and verl's GPU stack installed as verl
+documents it, with verl-split added (README, "Installing for GPUs").
+It runs ``python -m verl.trainer.main_ppo`` on the demo's data and the tiny model's ``gpu`` shape
+(``verl_split.dryrun.assets``: head size 64, which vLLM's attention backends and flash-attn take) with
+vLLM rollout on a real 2-GPU Ray cluster, from the CPU dry run's overrides with the CPU-only ones
+replaced (``gpu_overrides``: vLLM instead of the CPU rollout, flash-attention and bf16 mixed precision
+instead of sdpa in fp32, CUDA, Ray's real GPUs). ``tests/test_gpu_smoke_config.py`` composes these
+overrides with verl's config and checks them against verl's, vLLM's and flash-attn's rules. The runs:
 
 1. stock verl: one pool, every role on both GPUs;
 2. split placement, overlaps off (``VERL_SPLIT_OVERLAP=off``);
 3. split placement with the overlaps (the default);
 4. split placement with shared rollout (``VERL_SPLIT_SHARED_ROLLOUT=1``): vLLM on the critic's GPU too,
-   the actor's weights pushed to it over NCCL (needs cupy, which the gpu extra brings).
+   the actor's weights pushed to it over NCCL (needs cupy: verl's ``fsdp`` extra brings ``cupy-cuda13x``).
 
 Each run's verl output goes to ``OUT/<run>/main_ppo.log`` and its per-step metrics to
 ``OUT/<run>/metrics.jsonl``; a run that fails prints the end of its log and the next one starts. At
@@ -30,6 +34,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verl_split.dryrun.assets import TinyAssets
 
 RUNS = {
     "stock": ("stock verl", {}),
@@ -40,19 +48,44 @@ RUNS = {
 GPUS = 2
 
 
+#: The CPU dry run's overrides a GPU run leaves out, for verl's GPU defaults: ``flash_attention_2``
+#: (verl/workers/config/model.py:185; the critic loads it whatever the config says, verl/utils/model.py:649),
+#: Ray's own count of the node's GPUs and CPUs, the device (set below).
+CPU_ONLY = (
+    "trainer.device=",
+    "+ray_kwargs.ray_init.num_gpus=",
+    "ray_kwargs.ray_init.num_cpus=",
+    "+actor_rollout_ref.model.override_config.attn_implementation=",
+    "+critic.model.override_config.attn_implementation=",
+)
+#: The CPU overrides whose value changes on GPUs (key prefix -> GPU value).
+REPLACED = {
+    "actor_rollout_ref.rollout.name=": "vllm",
+    "actor_rollout_ref.rollout.dtype=": "bfloat16",
+    # verl's default (model/hf_model.yaml): padding removed, which its flash-attention patch handles
+    # (verl/models/transformers/monkey_patch.py:544-552); the CPU run keeps padding for sdpa.
+    "actor_rollout_ref.model.use_remove_padding=": "true",
+    "critic.model.use_remove_padding=": "true",
+}
+#: FSDP mixed precision on GPUs, verl's default (verl/workers/engine/fsdp/transformer_impl.py:391-398):
+#: bf16 compute under autocast. fp32 (the CPU run's) skips autocast (:1559-1565), and flash-attn takes
+#: fp16/bf16 only (csrc/flash_attn/flash_api.cpp:373-374 in 2.8.3).
+MIXED_PRECISION = {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+
+
 def gpu_overrides(cpu_overrides: list[str]) -> list[str]:
-    """The CPU dry run's overrides for a real 2-GPU node: vLLM, CUDA, the node's own GPUs."""
-    dropped = ("trainer.device=", "+ray_kwargs.ray_init.num_gpus=", "ray_kwargs.ray_init.num_cpus=")
-    replaced = {
-        "actor_rollout_ref.rollout.name=": "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.rollout.dtype=": "actor_rollout_ref.rollout.dtype=bfloat16",
-    }
+    """The CPU dry run's overrides for a real 2-GPU node: vLLM, flash-attention in bf16, CUDA, the node's GPUs."""
     out = []
     for override in cpu_overrides:
-        if override.startswith(dropped):
+        if override.startswith(CPU_ONLY):
             continue
-        key = next((k for k in replaced if override.startswith(k)), None)
-        out.append(replaced[key] if key else override)
+        key, _, value = override.partition("=")
+        prefix = next((k for k in REPLACED if override.startswith(k)), None)
+        if prefix:
+            value = REPLACED[prefix]
+        elif ".mixed_precision." in key:
+            value = MIXED_PRECISION[key.rpartition(".")[2]]
+        out.append(f"{key}={value}")
     return [
         *out,
         "trainer.device=cuda",
@@ -64,6 +97,13 @@ def gpu_overrides(cpu_overrides: list[str]) -> list[str]:
     ]
 
 
+def smoke_overrides(assets: TinyAssets, steps: int, run_out: Path) -> list[str]:
+    """Every run's overrides, before the command line's: PPO (GAE, critic) on verl's v1 trainer, 2 GPUs."""
+    from verl_split.dryrun.recipe import dry_run_overrides
+
+    return gpu_overrides(dry_run_overrides(assets, steps, "gae", "v1", run_out, n_gpus_per_node=GPUS))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3)
@@ -73,8 +113,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from verl_split.dryrun import report
-    from verl_split.dryrun.assets import make_tiny_assets
-    from verl_split.dryrun.recipe import dry_run_overrides
+    from verl_split.dryrun.assets import make_tiny_gpu_assets
     from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics
 
     if shutil.which("nvidia-smi") is None:
@@ -82,7 +121,7 @@ def main() -> int:
         return 2
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    assets = make_tiny_assets(out / "assets")
+    assets = make_tiny_gpu_assets(out / "assets")
     columns = []
     failed = []
     for name, (title, extra_env) in RUNS.items():
@@ -91,7 +130,7 @@ def main() -> int:
         run_out = out / name
         shutil.rmtree(run_out, ignore_errors=True)
         run_out.mkdir()
-        overrides = gpu_overrides(dry_run_overrides(assets, args.steps, "gae", "v1", run_out, n_gpus_per_node=GPUS))
+        overrides = smoke_overrides(assets, args.steps, run_out)
         env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
         env.update(extra_env, VERL_FILE_LOGGER_PATH=str(run_out / METRICS_FILE), TOKENIZERS_PARALLELISM="false")
         print(f"gpu_smoke: {title} ({args.steps} steps) -> {run_out / LOG_FILE}", flush=True)
