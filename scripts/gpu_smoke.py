@@ -133,6 +133,7 @@ def main() -> int:
         overrides = smoke_overrides(assets, args.steps, run_out)
         env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
         env.update(extra_env, VERL_FILE_LOGGER_PATH=str(run_out / METRICS_FILE), TOKENIZERS_PARALLELISM="false")
+        env.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder: never wait on a hub
         print(f"gpu_smoke: {title} ({args.steps} steps) -> {run_out / LOG_FILE}", flush=True)
         with open(run_out / LOG_FILE, "w") as log:
             code = subprocess.call(

@@ -1,12 +1,15 @@
-"""The GPU install line brings what the GPU path imports, at verl's own pins: read from the metadata.
+"""The GPU install follows verl's own: verl's environment first, as verl documents it, then ``pip install verl-split``.
 
-No download and no CUDA wheel: ``pyproject.toml``'s extras are read as text, and verl's extras from
-the installed verl's metadata (``importlib.metadata``). What the GPU path imports, and where:
-vLLM (the rollout), torch, flash-attn (actor and critic load with ``flash_attention_2``),
-TransferQueue (verl 0.9's v1 TaskRunner, ``verl/trainer/main_ppo.py``), and cupy (shared rollout's
-NCCL weight push, ``verl/checkpoint_engine/nccl_checkpoint_engine.py``). Whether pip resolves the
-line against the package index is checked by hand (docs/configuration.md, Installing for GPUs), not here: it
-needs the network.
+verl 0.9.1 installs its CUDA stack with uv from its own lock and indexes (its sdist's pyproject.toml,
+``[tool.uv.sources]`` and ``[[tool.uv.index]]``: torch from ``https://download.pytorch.org/whl/cu130``,
+flash-attn prebuilt from ``https://verl-project.github.io/verl-wheelhouse/simple/``). A Python extra names
+packages, never an index (PEP 508; PyPI refuses direct URLs in uploaded metadata), so an extra of ours
+standing for ``verl[vllm,fsdp]`` made pip re-resolve that stack from PyPI: flash-attn from its sdist (a CUDA
+build; it fails at once without torch in the build environment). verl-split has no GPU extra. What is held
+here, without a download: no extra brings verl's GPU stack; verl-split's own requirements are met by verl's
+uv lock, so ``pip install verl-split`` into verl's environment installs verl-split alone (pip's own dry run
+of it: ``tests/test_install_dry_run.py``, network tier); verl's GPU extras, the ones its uv workflow syncs,
+bring what the GPU path imports; the two docs say so.
 """
 
 from __future__ import annotations
@@ -33,25 +36,20 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
-#: The GPU extra of each family, and verl's extras it must stand for.
-GPU_EXTRAS = {
-    "0.9": ("gpu", {"vllm", "fsdp"}),
-    "0.8": ("gpu-verl08", {"vllm", "gpu"}),
-    "0.7": ("gpu-verl07", {"vllm", "gpu"}),
-}
-#: Distributions the GPU path imports, per family (0.7/0.8 have no v1 trainer and no shared rollout).
-NEEDED = {
-    "0.9": {"vllm", "torch", "flash-attn", "transferqueue", "cupy-cuda13x"},
-    "0.8": {"vllm", "flash-attn"},
-    "0.7": {"vllm", "flash-attn"},
-}
-
-
-def verl_requirement(extra: str) -> Requirement:
-    (line,) = EXTRAS[extra]
-    requirement = Requirement(line)
-    assert canonicalize_name(requirement.name) == "verl", line
-    return requirement
+DEPENDENCIES = [Requirement(line) for line in PYPROJECT["project"]["dependencies"]]
+#: verl's GPU stack: what an extra of ours must never pull through pip.
+GPU_STACK = {"verl", "vllm", "flash-attn", "torch", "torchvision", "torchaudio", "cupy-cuda13x", "sglang"}
+#: The versions verl's uv lock installs (verl-project/verl uv.lock at 1dda039, 2026-08-22, the newest lock
+#: read: the 0.9.1 sdist ships none): ray :3374-3375, torch :4072-4073, wrapt :5010-5011,
+#: hydra-core :1292-1293, packaging :2709-2710. verl itself is the release installed.
+VERL_LOCK = {"ray": "2.55.1", "torch": "2.11.0+cu130", "wrapt": "2.2.1", "hydra-core": "1.3.3", "packaging": "25.0"}
+#: Distributions the GPU path imports, and verl 0.9's extras that verl's uv workflow syncs for FSDP + vLLM
+#: (``uv sync --extra vllm --extra fsdp``): vLLM (the rollout), torch, flash-attn (actor and critic load with
+#: flash_attention_2), TransferQueue (the v1 TaskRunner, verl/trainer/main_ppo.py), cupy (shared rollout's
+#: NCCL push, verl/checkpoint_engine/nccl_checkpoint_engine.py).
+VERL_GPU_EXTRAS = {"vllm", "fsdp"}
+NEEDED = {"vllm", "torch", "flash-attn", "transferqueue", "cupy-cuda13x"}
+DOCS = ["README.md", "docs/configuration.md"]
 
 
 def closure(distribution: str, extras: set[str]) -> dict[str, Requirement]:
@@ -73,37 +71,53 @@ def closure(distribution: str, extras: set[str]) -> dict[str, Requirement]:
     return found
 
 
-@pytest.mark.parametrize("family", sorted(GPU_EXTRAS))
-def test_each_family_has_a_gpu_extra_on_verls_own_gpu_extras(family):
-    extra, verl_extras = GPU_EXTRAS[family]
-    requirement = verl_requirement(extra)
-    assert requirement.extras == verl_extras
-    assert requirement.specifier.contains(f"{family}.0") and requirement.specifier.contains(f"{family}.9")
-    others = [f for f in GPU_EXTRAS if f != family]
-    assert not any(requirement.specifier.contains(f"{other}.0") for other in others), requirement
+def install_section(doc: str) -> str:
+    """The "Installing for GPUs" section of a doc, up to the next heading of its level or above."""
+    text = (ROOT / doc).read_text()
+    match = re.search(r"^(#+) Installing for GPUs\n(.*?)(?=^#{1,%d} |\Z)", text, re.M | re.S)
+    assert match, f"{doc}: no 'Installing for GPUs' section"
+    return match.group(2)
 
 
-def test_the_old_vllm_extra_is_the_gpu_extra():
-    assert EXTRAS["vllm"] == ["verl-split[gpu]"]
+@pytest.mark.parametrize("extra", sorted(EXTRAS))
+def test_no_extra_brings_verls_gpu_stack(extra):
+    for line in EXTRAS[extra]:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) == "verl-split":
+            continue  # one of our extras naming another: checked as that one
+        assert canonicalize_name(requirement.name) not in GPU_STACK, f"[{extra}] {line}: install verl as verl does"
 
 
-def test_the_installed_familys_gpu_extra_brings_what_the_gpu_path_imports_at_verls_pins():
+@pytest.mark.parametrize("gone", ["gpu", "gpu-verl08", "gpu-verl07", "vllm"])
+def test_the_old_gpu_extras_are_gone(gone):
+    # pip warns that verl-split has no such extra and installs verl-split alone (tests/test_install_dry_run.py).
+    assert gone not in EXTRAS
+
+
+@pytest.mark.parametrize("requirement", DEPENDENCIES, ids=str)
+def test_verls_uv_lock_meets_each_requirement(requirement):
+    """So pip leaves verl's environment as it is: nothing to upgrade, nothing to add."""
+    name = canonicalize_name(requirement.name)
+    if name == "verl":
+        assert requirement.specifier.contains(compat.installed_version(), prereleases=True)
+        return
+    assert requirement.specifier.contains(VERL_LOCK[name], prereleases=True), (name, VERL_LOCK[name])
+
+
+def test_verls_gpu_extras_bring_what_the_gpu_path_imports_at_exact_pins():
     version = compat.installed_version()
-    family = compat.family_of(version)
-    extra, verl_extras = GPU_EXTRAS[family]
-    assert verl_requirement(extra).specifier.contains(version)
-    brought = closure("verl", verl_extras)
-    missing = NEEDED[family] - set(brought)
-    assert not missing, f"verl {version}[{','.join(sorted(verl_extras))}] brings no {sorted(missing)}"
-    if family == "0.9":
-        # verl pins them exactly: the extra brings verl's versions, not the newest on the index.
-        for name in ("vllm", "torch", "flash-attn", "cupy-cuda13x"):
-            assert str(brought[name].specifier).startswith("=="), brought[name]
+    if compat.family_of(version) != "0.9":
+        pytest.skip("verl 0.9's extras (vllm, fsdp)")
+    brought = closure("verl", VERL_GPU_EXTRAS)
+    missing = NEEDED - set(brought)
+    assert not missing, f"verl {version}[vllm,fsdp] brings no {sorted(missing)}"
+    for name in ("vllm", "torch", "flash-attn", "cupy-cuda13x"):
+        assert str(brought[name].specifier).startswith("=="), brought[name]
 
 
 def test_the_ray_floor_is_below_the_tested_ray_and_above_verls():
-    (line,) = [d for d in PYPROJECT["project"]["dependencies"] if canonicalize_name(Requirement(d).name) == "ray"]
-    floor = Version(re.search(r">=\s*([\d.]+)", line).group(1))
+    (ray,) = [d for d in DEPENDENCIES if canonicalize_name(d.name) == "ray"]
+    floor = Version(re.search(r">=\s*([\d.]+)", str(ray.specifier)).group(1))
     assert floor <= Version(compat.installed_version("ray"))
     verl_ray = [Requirement(r) for r in metadata.requires("verl") or () if Requirement(r).name == "ray"][0]
     verl_floor = Version(re.search(r">=\s*([\d.]+)", str(verl_ray.specifier)).group(1))
@@ -111,16 +125,14 @@ def test_the_ray_floor_is_below_the_tested_ray_and_above_verls():
     assert verl_floor <= floor <= Version("2.49"), (verl_floor, floor)
 
 
-@pytest.mark.parametrize(
-    "doc",
-    [
-        "README.md",
-        "docs/configuration.md",
-        "examples/split_placement/README.md",
-        "examples/split_placement/README_zh.md",
-    ],
-)
-def test_the_docs_install_line_is_the_gpu_extra(doc):
-    text = (ROOT / doc).read_text()
-    assert "pip install 'verl-split[gpu]'" in text or "'verl-split[gpu]'" in text
-    assert "verl-split[vllm]" not in text
+@pytest.mark.parametrize("doc", DOCS)
+def test_the_docs_install_verl_as_verl_does_then_verl_split(doc):
+    section = install_section(doc)
+    commands = "".join(re.findall(r"```bash\n(.*?)```", section, re.S))
+    assert "pip install verl-split" in commands
+    assert "verl-split[" not in commands, "no GPU extra any more"
+    # verl's two documented ways: its uv workflow (with the extras above) and its Docker images.
+    assert "uv sync --python 3.12 --extra vllm --extra fsdp" in section
+    assert "manage_envs.py sync vllm fsdp" in section
+    assert "verlai/verl" in section
+    assert "docs/start/install.rst" in section
