@@ -18,13 +18,18 @@ SEARCH_FACTOR = 4
 
 
 def data_parallel_sizes(plan: Plan, batch: BatchConfig) -> dict[str, int]:
-    """Role -> data-parallel size of its pool: the pool's GPUs over the role's model-parallel divisor."""
+    """Role -> data-parallel size of its pool: the pool's GPUs over the role's model-parallel divisor.
+
+    A Megatron role with dynamic context parallelism reports 1 whatever its pool (every DPxCP rank gets the
+    whole batch: ``get_data_parallel_size``, ``workers/engine/megatron/transformer_impl.py:756-760`` in 0.9.1,
+    :541-545 in 0.8.0), and verl's dispatch and asserts use that.
+    """
     sizes: dict[str, int] = {}
     for role, divisor in batch.divisors:
         pool = plan.pool_of(role)
         # A divisor that does not divide the pool is the parallel-size check's error, raised before.
         if pool is not None and divisor > 0 and pool.size % divisor == 0:
-            sizes[role] = pool.size // divisor
+            sizes[role] = 1 if role in batch.single_dp else pool.size // divisor
     return sizes
 
 
@@ -78,7 +83,9 @@ def batch_message(plan: Plan, batch: BatchConfig, found: Sequence[Problem], layo
         pool = plan.pool_of(problem.role)
         where = f"{pool.name}, {pool.size} GPUs" if pool is not None else "no pool"
         divisor = batch.divisor(problem.role)
-        if divisor > 1:
+        if problem.role in batch.single_dp:
+            where += ", dynamic context parallelism: one data-parallel rank"
+        elif divisor > 1:
             where += f" / {divisor} model-parallel"
         fixes = []
         for key in problem.keys:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from verl_split.core import compat
+from verl_split.placement.megatron_config import mesh_of, uses_reference
+from verl_split.placement.mesh import ModelShape
 from verl_split.placement.model import (
     ACTOR_MINI,
     BATCH_KEYS,
@@ -65,19 +67,27 @@ def batch_from_config(config: Any, family: str | None = None) -> BatchConfig | N
     if select_key(config, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", False):
         dynamic.add("ref")
 
-    # The reference runs only when a KL term needs it (verl/trainer/ppo/utils.py need_reference_policy).
-    uses_ref = bool(select_key(config, "algorithm.use_kl_in_reward", False)) or bool(
-        select_key(config, "actor_rollout_ref.actor.use_kl_loss", False)
-    )
+    uses_ref = uses_reference(config)
     divisors = []
-    megatron = set()
+    megatron, single_dp, vpp_groups = set(), set(), []
     for role in ("actor", "ref", "critic"):
         if role == "ref" and not uses_ref:
             continue
-        divisor, is_megatron = _divisor(config, role)
-        divisors.append((role, divisor))
-        if is_megatron and rules == "legacy":
+        mesh = mesh_of(config, role, ModelShape())  # the model's shape sets no batch rule
+        divisors.append((role, mesh.model_size if mesh is not None else _ulysses(config, role)))
+        if mesh is None:
+            continue
+        if rules == "legacy":
             megatron.add(role)
+            continue
+        if mesh.dynamic_cp and compat.family_in(family, compat.ENGINE_WORKERS):  # 0.7 has no dynamic CP
+            single_dp.add(role)
+            # 0.9's dynamic-CP scheduler cuts the micro-batches, not prepare_micro_batches
+            # (workers/engine/megatron/transformer_impl.py:879-901 in 0.9.1).
+            if compat.family_in(family, compat.V1_TRAINER):
+                dynamic |= {"actor", "log_prob"} if role == "actor" else {role}
+        if mesh.interleaved:
+            vpp_groups.append((role, mesh.group))
     return BatchConfig(
         family=family,
         rules=rules,
@@ -86,6 +96,8 @@ def batch_from_config(config: Any, family: str | None = None) -> BatchConfig | N
         dynamic=frozenset(dynamic),
         divisors=tuple(divisors),
         megatron=frozenset(megatron),
+        single_dp=frozenset(single_dp),
+        vpp_groups=tuple(vpp_groups),
     )
 
 
@@ -93,22 +105,14 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _divisor(config: Any, role: str) -> tuple[int, bool]:
-    """What splits the role's pool besides data parallelism: Ulysses (FSDP), tp x pp x cp (Megatron)."""
+def _ulysses(config: Any, role: str) -> int:
+    """What splits an FSDP role's pool besides data parallelism: its Ulysses size."""
     from verl_split.placement.config_keys import select_key
 
     prefix = _ROLE_PREFIX[role]
-    strategy = str(select_key(config, f"{prefix}.strategy", "") or "")
-    if role == "ref" and not strategy:
-        strategy = str(select_key(config, "actor_rollout_ref.actor.strategy", "") or "")
-    if strategy == "megatron":
-        size = 1
-        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-            size *= _int(select_key(config, f"{prefix}.megatron.{key}")) or 1
-        return size, True
     keys = [f"{prefix}.ulysses_sequence_parallel_size"]
     keys += [f"{prefix}.{block}.ulysses_sequence_parallel_size" for block in _FSDP_BLOCKS[role]]
-    return max((_int(select_key(config, key)) or 1 for key in keys), default=1), False
+    return max((_int(select_key(config, key)) or 1 for key in keys), default=1)
 
 
 def _followers(config: Any) -> tuple[tuple[str, str], ...]:

@@ -45,8 +45,9 @@ reward-model replicas need whole replicas on their pool, which ``planner`` check
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from verl_split.placement.batch_problem import CITES, WORKERS_START, Problem
+from verl_split.placement.batch_vpp import vpp_problems
 from verl_split.placement.model import (
     ACTOR_MICRO,
     ACTOR_MICRO_GLOBAL,
@@ -64,51 +65,7 @@ from verl_split.placement.model import (
     BatchConfig,
 )
 
-#: Where each family asserts each rule: (file:line, the function).
-CITES: dict[str, dict[str, str]] = {
-    "0.9": {
-        "mini": "verl/workers/engine_workers.py:267 (TrainingWorker.train_mini_batch)",
-        "micro": "verl/workers/engine/utils.py:125 (prepare_micro_batches)",
-        "iterator": "verl/utils/tensordict_utils.py:588 (make_iterator)",
-        "balance": "verl/trainer/ppo/ray_trainer.py:1235 (_balance_batch, equal_size=True)",
-        "chunk": "verl/utils/tensordict_utils.py:341 (chunk_tensordict)",
-        "pad": "verl/trainer/ppo/v1/trainer_base.py:1589-1606 (_get_required_batch_multiple)",
-    },
-    "0.8": {
-        "mini": "verl/workers/engine_workers.py:258 (TrainingWorker.train_mini_batch)",
-        "micro": "verl/workers/engine/utils.py:91 (prepare_micro_batches)",
-        "iterator": "verl/utils/tensordict_utils.py:588 (make_iterator)",
-        "balance": "verl/trainer/ppo/ray_trainer.py:1201 (_balance_batch, equal_size=True)",
-        "chunk": "verl/utils/tensordict_utils.py:341 (chunk_tensordict)",
-    },
-    "0.7": {
-        "mini": "verl/workers/engine_workers.py:239 (TrainingWorker.train_mini_batch)",
-        "micro": "verl/workers/engine/utils.py:92 (prepare_micro_batches)",
-        "iterator": "verl/utils/tensordict_utils.py:556 (make_iterator)",
-        "balance": "verl/trainer/ppo/ray_trainer.py:1071 (_balance_batch, equal_size=True)",
-        "chunk": "verl/utils/tensordict_utils.py:315 (chunk_tensordict)",
-        "legacy_chunk": "verl/protocol.py:873 (DataProto.chunk)",
-        "legacy_actor": "verl/workers/fsdp_workers.py:249-270 (ActorRolloutRefWorker.__init__)",
-        "legacy_log_prob": "verl/workers/fsdp_workers.py:273-281 (ActorRolloutRefWorker.__init__)",
-        "legacy_critic": "verl/workers/fsdp_workers.py:1338-1358 (CriticWorker.__init__)",
-    },
-}
-
-
-#: When 0.7's legacy workers assert their batch sizes: in their constructors.
-WORKERS_START = "when its workers start"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One rule a pool breaks: who, what (with the numbers), where verl asserts it, what to change."""
-
-    role: str
-    text: str
-    cite: str
-    keys: tuple[str, ...]
-    #: When verl stops on it: most rules in the first step, after a whole generation.
-    when: str = "in the first step, after a whole generation"
+__all__ = ["CITES", "WORKERS_START", "Problem", "problems"]
 
 
 def problems(batch: BatchConfig, dp: dict[str, int]) -> list[Problem]:
@@ -163,7 +120,7 @@ def _engine(batch: BatchConfig, dp: dict[str, int]) -> list[Problem]:
             )
     rows = batch.rows
     if rows is None:
-        return found
+        return found + vpp_problems(batch, dp, minis, None)
     if batch.rules == "v1":
         multiple = math.lcm(dp.get("actor", 1), *minis.values())
         rows = -(-rows // multiple) * multiple  # the v1 trainer pads (docstring)
@@ -207,7 +164,7 @@ def _engine(batch: BatchConfig, dp: dict[str, int]) -> list[Problem]:
                     (key, TRAIN_BATCH),
                 )
             )
-    return found
+    return found + vpp_problems(batch, dp, minis, rows)
 
 
 def _legacy(batch: BatchConfig, dp: dict[str, int]) -> list[Problem]:

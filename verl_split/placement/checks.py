@@ -18,8 +18,9 @@ def check_parallel_sizes(plan: Plan, req: Requirements) -> None:
         if pool.size % need.size:
             raise PlacementError(
                 f"{plan.source}={plan.placement!r}: {pool.name} has {pool.size} GPUs, which is not divisible by "
-                f"{need.key}={need.size} ({need.role}). Give the pool a multiple of {need.size} GPUs, or lower "
-                f"{need.key.split(' ')[0]}."
+                f"{need.key}={need.size} ({need.role}"
+                + (f"; {need.cite}" if need.cite else "")
+                + f"). Give the pool a multiple of {need.size} GPUs, or lower {need.key.split(' ')[0]}."
             )
         if need.within_node and need.size <= max(pool.process_on_nodes):
             for node, count in pool.per_node.items():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl_split.core.errors import PlacementError
+from verl_split.placement.mesh import Mesh
 
 ROLES: tuple[str, ...] = ("actor", "rollout", "ref", "critic", "reward")
 #: Roles that live in the actor's worker in verl 0.9's hybrid engine.
@@ -64,6 +66,8 @@ class ParallelSize:
     key: str
     #: True when a group of ``size`` GPUs must sit on one node (a rollout replica).
     within_node: bool = False
+    #: Who refuses a pool that is not a multiple, and where (file:line), for the message.
+    cite: str = ""
 
 
 # --------------------------------------------------------------------------- the job's batch
@@ -117,6 +121,10 @@ class BatchConfig:
     divisors: tuple[tuple[str, int], ...] = ()
     #: roles on verl 0.7's legacy Megatron workers: only the even-rows rule applies to them.
     megatron: frozenset[str] = frozenset()
+    #: roles whose engine reports a data-parallel size of 1 (Megatron's dynamic context parallelism).
+    single_dp: frozenset[str] = frozenset()
+    #: role -> micro-batches per virtual-pipeline group (Megatron with VPP > 1: ``batch_vpp``).
+    vpp_groups: tuple[tuple[str, int], ...] = ()
 
     def get(self, key: str) -> int | None:
         return dict(self.values).get(key)
@@ -138,7 +146,7 @@ class BatchConfig:
         """The same run with ``key`` (and every key that follows it) set to ``value``."""
         changed = {key} | {k for k, leader in self.followers if leader == key}
         values = tuple((k, value if k in changed else v) for k, v in self.values)
-        return BatchConfig(self.family, self.rules, values, self.followers, self.dynamic, self.divisors, self.megatron)
+        return dataclasses.replace(self, values=values)
 
     def describe(self) -> str:
         trainer = {"v1": "v1 trainer", "v0": "RayPPOTrainer, engine workers", "legacy": "RayPPOTrainer, legacy workers"}
@@ -158,6 +166,10 @@ class Requirements:
     parallel: tuple[ParallelSize, ...] = ()
     #: The job's batch sizes; None (a plan without a config) checks no batch rule.
     batch: BatchConfig | None = None
+    #: The Megatron roles' meshes (``placement.megatron`` checks them against their pools).
+    megatron: tuple[Mesh, ...] = ()
+    #: The verl family whose rules apply ("0.7", "0.8", "0.9"); None: the newest.
+    family: str | None = None
 
     def needed_roles(self) -> frozenset[str]:
         roles = set(ACTOR_SIDE)

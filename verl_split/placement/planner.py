@@ -4,15 +4,18 @@ The rules (odd counts, hybrid engine, collocation) are in the package docstring.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 from verl_split.core.errors import PlacementError
 from verl_split.placement.batch import batch_message, batch_problems
 from verl_split.placement.checks import check_parallel_sizes, check_same_count_per_node
+from verl_split.placement.groups import lay_groups
+from verl_split.placement.megatron import check_megatron
 from verl_split.placement.model import (
     ACTOR_POOL,
-    ACTOR_SIDE,
     CRITIC_POOL,
     GLOBAL_POOL,
     ROLES,
@@ -64,7 +67,7 @@ def plan_placement(
     if placement.kind == "all":
         groups = [(tuple(r for r in ROLES if r in req.needed_roles()), tuple(range(cluster.n_gpus)), "all")]
     elif placement.kind == "groups":
-        groups = _lay_groups(placement, cluster, req)
+        groups = lay_groups(placement, cluster, req)
     else:
         actor_gpus, critic_gpus = _split_gpus(placement, cluster)
         groups = [(("actor", "rollout", "ref"), actor_gpus, "actor side"), (split_roles, critic_gpus, "critic side")]
@@ -79,15 +82,22 @@ def plan_placement(
         shared_rollout=shared_rollout,
     )
     check_parallel_sizes(plan, req)
-    check_same_count_per_node(plan, lambda: _layouts_that_fit(placement, plan, req, shared_rollout) if suggest else [])
+    check_same_count_per_node(
+        plan, lambda: _layouts_keeping_proportion(placement, plan, req, shared_rollout) if suggest else []
+    )
     if shared_rollout:
         check_shared_rollout(plan, req)
+
+    def layouts() -> list[str]:
+        return _layouts_that_fit(placement, plan, req, shared_rollout) if suggest else []
+
+    warnings = check_megatron(plan, req, layouts)
     found = batch_problems(plan, req.batch)
     if found:
         assert req.batch is not None
-        layouts = _layouts_that_fit(placement, plan, req, shared_rollout) if suggest else []
-        raise PlacementError(batch_message(plan, req.batch, found, layouts))
-    return plan
+        # Without suggestions (a layout probed for a hint) the message is not read: skip its search for sizes.
+        raise PlacementError(batch_message(plan, req.batch, found, layouts()) if suggest else "batch")
+    return dataclasses.replace(plan, notes=(*plan.notes, *warnings)) if warnings else plan
 
 
 def _layouts_that_fit(placement: Placement, plan: Plan, req: Requirements, shared_rollout: bool) -> list[str]:
@@ -116,6 +126,37 @@ def _layouts_that_fit(placement: Placement, plan: Plan, req: Requirements, share
     below = [a for a in fits if a <= current][-1:]
     above = [a for a in fits if a > current][:1]
     return [f"{a}:{per_node - a}" for a in below + above]
+
+
+def _layouts_keeping_proportion(placement: Placement, plan: Plan, req: Requirements, shared: bool) -> list[str]:
+    """Per-node ratios ``A:C`` that keep the share of GPUs the placement gave each side, for an uneven pool.
+
+    ``actor:0-5,8-9;critic:6-7,10-15`` asks 8 GPUs for each side: ``4:4`` keeps that (the same totals), where
+    the nearest ratio to the first node's count (``6:2``) would not. Ranked by how far a ratio's share is from
+    the asked one, then by the GPUs it leaves idle, then by how far its totals are; the first that plans is
+    offered, and the next one too when the first does not keep the share exactly.
+    """
+    actor, critic = plan.pool_of("actor"), plan.pool_of("critic")
+    if actor is None or critic is None or actor is critic:  # one pool holds both sides: no share to keep
+        return _layouts_that_fit(placement, plan, req, shared)
+    asked = Fraction(actor.size, actor.size + critic.size)
+    per_node, nnodes = plan.cluster.n_gpus_per_node, plan.cluster.nnodes
+
+    def rank(ratio: tuple[int, int]) -> tuple[Fraction, int, int]:
+        a, c = ratio
+        return abs(Fraction(a, a + c) - asked), per_node - a - c, abs((a + c) * nnodes - actor.size - critic.size)
+
+    fits: list[tuple[int, int]] = []
+    ratios = [(a, c) for a in range(1, per_node) for c in range(1, per_node - a + 1)]
+    for ratio in sorted(ratios, key=rank):
+        try:
+            plan_placement(f"{ratio[0]}:{ratio[1]}", plan.cluster, req, shared, suggest=False)
+        except PlacementError:
+            continue
+        fits.append(ratio)
+        if rank(ratio)[0] == 0 or len(fits) == 2:
+            break
+    return [f"{a}:{c}" for a, c in fits]
 
 
 def _split_gpus(placement: Placement, cluster: Cluster) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -166,102 +207,6 @@ def _split_gpus(placement: Placement, cluster: Cluster) -> tuple[tuple[int, ...]
         actor_gpus.extend(range(base, base + actor))
         critic_gpus.extend(range(base + actor, base + actor + critic))
     return tuple(actor_gpus), tuple(critic_gpus)
-
-
-def _lay_groups(
-    placement: Placement, cluster: Cluster, req: Requirements
-) -> list[tuple[tuple[str, ...], tuple[int, ...], str]]:
-    src = placement.source
-    needed = req.needed_roles()
-    owner_of_gpu: dict[int, str] = {}
-    group_of_role: dict[str, str] = {}
-    laid = []
-    for group in placement.groups:
-        for role in group.roles:
-            if role in group_of_role:
-                raise PlacementError(
-                    f"{src}: role {role!r} is in two groups, {group_of_role[role]!r} and {group.text!r}. "
-                    "A role runs in one pool: keep it in one group (roles in one group are collocated)."
-                )
-            group_of_role[role] = group.text
-        if group.gpus is None:
-            gpus = tuple(range(cluster.n_gpus))
-        else:
-            gpu_list: list[int] = []
-            for low, high in group.gpus:
-                if high >= cluster.n_gpus:  # checked before expanding: '0-99999999999' must stay cheap
-                    raise PlacementError(
-                        f"{src}: GPU {high} in group {group.text!r} is outside the cluster ({cluster.describe()}). "
-                        f"Use ids 0-{cluster.n_gpus - 1}, or raise trainer.nnodes / trainer.n_gpus_per_node."
-                    )
-                for gpu in range(low, high + 1):
-                    if gpu in gpu_list:
-                        raise PlacementError(
-                            f"{src}: GPU {gpu} is listed twice in group {group.text!r}. List each GPU once."
-                        )
-                    gpu_list.append(gpu)
-            gpus = tuple(sorted(gpu_list))
-        for gpu in gpus:
-            if gpu in owner_of_gpu:
-                raise PlacementError(
-                    f"{src}: GPU {gpu} is in two groups, {owner_of_gpu[gpu]!r} and {group.text!r}. "
-                    "Give each GPU to one group; to collocate roles on the same GPUs, list them in one group "
-                    "(e.g. 'actor,rollout,ref,critic:all')."
-                )
-            owner_of_gpu[gpu] = group.text
-        laid.append((group, gpus))
-
-    if "actor" not in group_of_role:
-        raise PlacementError(f"{src}: no group holds the actor. Add it, e.g. 'actor,rollout,ref:0-3;critic:4-7'.")
-    actor_group = group_of_role["actor"]
-    for role, what in (
-        ("rollout", "actor and rollout are one worker in verl's hybrid engine (ActorRolloutRefWorker)"),
-        ("ref", "ref runs inside the actor's worker in verl 0.9 (Role.ActorRolloutRef)"),
-    ):
-        if role in group_of_role and group_of_role[role] != actor_group:
-            raise PlacementError(
-                f"{src}: {role!r} is in group {group_of_role[role]!r} but the actor is in {actor_group!r}; {what}, "
-                f"so they cannot be placed apart. Move {role!r} into the actor's group, or leave it out "
-                "(it follows the actor)."
-            )
-    if req.reward_own_pool and "reward" in group_of_role:
-        raise PlacementError(
-            f"{src}: the reward model has its own reward_pool (reward.reward_model.enable_resource_pool=true), "
-            f"outside the trainer's GPUs, yet group {group_of_role['reward']!r} places it. Remove 'reward' from "
-            "the placement, or set reward.reward_model.enable_resource_pool=false."
-        )
-    if req.critic and "critic" not in group_of_role:
-        raise PlacementError(
-            f"{src}: this run needs a critic ({req.critic_reason}) but no group holds it. Add a group such as "
-            f"'critic:{cluster.n_gpus // 2}-{cluster.n_gpus - 1}', or disable the critic (critic.enable=false)."
-        )
-    if req.reward and "reward" not in group_of_role:
-        raise PlacementError(
-            f"{src}: the reward model is enabled (reward.reward_model.enable=true) but no group holds 'reward'. "
-            "Add it to the critic's group (e.g. 'critic,reward:4-7') or the actor's."
-        )
-
-    result = []
-    for group, gpus in laid:
-        used = tuple(r for r in ROLES if r in group.roles and r in needed)
-        if "actor" in group.roles:
-            # rollout and ref follow the actor even when not written out.
-            used = tuple(r for r in ROLES if r in needed and (r in group.roles or r in ACTOR_SIDE))
-        if not used:
-            unused = ", ".join(group.roles)
-            raise PlacementError(
-                f"{src}: group {group.text!r} holds only roles this run does not use ({unused}; critic: "
-                f"{'on' if req.critic else 'off, ' + req.critic_reason}; reward model on the trainer's GPUs: "
-                f"{'on' if req.reward else 'off'}). Drop the group, or use 'all'."
-            )
-        if "actor" not in group.roles and "critic" not in group.roles:
-            raise PlacementError(
-                f"{src}: group {group.text!r} holds the reward model alone. Put 'reward' in the critic's or the "
-                "actor's group; verl 0.9 gives a reward model a pool of its own only through "
-                "reward.reward_model.enable_resource_pool."
-            )
-        result.append((used, gpus, group.text))
-    return result
 
 
 def _name_pools(groups: list[tuple[tuple[str, ...], tuple[int, ...], str]], cluster: Cluster) -> tuple[Pool, ...]:

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from verl_split.core.errors import PlacementError, SettingsError
-from verl_split.placement import memory
+from verl_split.placement import megatron, memory
 from verl_split.placement.config_keys import select_key
+from verl_split.placement.megatron_config import meshes_from_config, uses_reference
 from verl_split.placement.model import DEFAULT_READY_TIMEOUT_S, Cluster, ParallelSize, Placement, Plan, Requirements
 from verl_split.placement.parse import DEFAULT_PLACEMENT, parse_placement
 from verl_split.placement.planner import plan_placement
@@ -43,7 +44,7 @@ def requirements_from_config(config: Any, family: str | None = None) -> Requirem
 
     ``family``: whose batch rules apply ("0.7", "0.8", "0.9"); None reads the installed verl's.
     """
-    from verl_split.placement.batch_config import batch_from_config
+    from verl_split.placement.batch_config import FAMILIES, batch_from_config, installed_family
 
     # The critic rule of verl/trainer/ppo/utils.py need_critic, restated so that this module
     # imports no verl: critic.enable decides when set, else the advantage estimator is GAE.
@@ -85,7 +86,8 @@ def requirements_from_config(config: Any, family: str | None = None) -> Requirem
                 * _size(config, f"{mega}.pipeline_model_parallel_size")
                 * _size(config, f"{mega}.context_parallel_size")
             )
-            parallel.append(ParallelSize(role, size, f"{mega}.tensor_model_parallel_size x pipeline x context"))
+            key = f"{mega}.tensor_model_parallel_size x pipeline x context"
+            parallel.append(ParallelSize(role, size, key, cite=megatron.MODEL_SIZE_CITE))
     if reward_enabled and not own_pool:
         rm = "reward.reward_model.rollout"
         size = (
@@ -94,13 +96,17 @@ def requirements_from_config(config: Any, family: str | None = None) -> Requirem
             * _size(config, f"{rm}.pipeline_model_parallel_size")
         )
         parallel.append(ParallelSize("reward", size, f"{rm}.tensor_model_parallel_size x data x pipeline", True))
+    batch = batch_from_config(config, family)
+    roles = ("actor", "ref", "critic") if critic else ("actor", "ref")
     return Requirements(
         critic=critic,
         critic_reason=reason,
         reward=reward_enabled and not own_pool,
         reward_own_pool=reward_enabled and own_pool,
         parallel=tuple(p for p in parallel if p.size > 1),
-        batch=batch_from_config(config, family),
+        batch=batch,
+        megatron=meshes_from_config(config, tuple(r for r in roles if r != "ref" or uses_reference(config))),
+        family=batch.family if batch is not None else family or installed_family() or FAMILIES[-1],
     )
 
 

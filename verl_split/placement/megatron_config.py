@@ -1,0 +1,121 @@
+"""Read each Megatron role's mesh from verl's trainer config: ``<role>.megatron.*`` and its model's ``config.json``.
+
+A role is Megatron when its ``strategy`` is ``megatron`` (the reference takes the actor's when it has none,
+as ``batch_config`` reads it). The keys are verl's engine block (``trainer/config/engine/megatron.yaml`` in
+0.9.1, ``McoreEngineConfig`` in ``workers/config/engine.py:148-236``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl_split.placement.config_keys import select_key
+from verl_split.placement.hf_config import shape_from_config
+from verl_split.placement.mesh import MESH_KEYS, Mesh, ModelShape
+
+#: Where each role's training keys live, and its model.
+ROLE_PREFIX = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
+MODEL_PREFIX = {"actor": "actor_rollout_ref.model", "ref": "actor_rollout_ref.model", "critic": "critic.model"}
+#: ``override_transformer_config`` keys that split the layers another way than evenly over pp (and vpp);
+#: megatron-core then checks its own split (``transformer_config.py:1325-1480`` in megatron-core 0.16.1).
+CUSTOM_SPLIT_KEYS = (
+    "pipeline_model_parallel_layout",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+)
+
+
+def uses_reference(config: Any) -> bool:
+    """The reference runs only when a KL term needs it (``verl/trainer/ppo/utils.py`` ``need_reference_policy``)."""
+    return bool(select_key(config, "algorithm.use_kl_in_reward", False)) or bool(
+        select_key(config, "actor_rollout_ref.actor.use_kl_loss", False)
+    )
+
+
+def strategy_of(config: Any, role: str) -> str:
+    strategy = str(select_key(config, f"{ROLE_PREFIX[role]}.strategy", "") or "")
+    if role == "ref" and not strategy:
+        strategy = str(select_key(config, "actor_rollout_ref.actor.strategy", "") or "")
+    return strategy
+
+
+def mesh_of(config: Any, role: str, shape: ModelShape | None = None) -> Mesh | None:
+    """The role's Megatron mesh, or None when it is not a Megatron role.
+
+    ``shape``: the model's, when the caller has it (read from ``config.json`` otherwise).
+    """
+    if strategy_of(config, role) != "megatron":
+        return None
+    block = f"{ROLE_PREFIX[role]}.megatron"
+    sizes: dict[str, Any] = {}
+    for attr, key in MESH_KEYS:
+        value = select_key(config, f"{block}.{key}")
+        optional = attr in ("etp", "vpp")
+        sizes[attr] = _int(value) if _int(value) is not None else (None if optional else 1)
+    overrides = select_key(config, f"{block}.override_transformer_config", {}) or {}
+    ddp = select_key(config, f"{block}.override_ddp_config", {}) or {}
+    model = MODEL_PREFIX[role]
+    if shape is None:
+        path = select_key(config, f"{model}.hf_config_path") or select_key(config, f"{model}.path")
+        shape = shape_from_config(path, value_head=role == "critic")
+    return Mesh(
+        role=role,
+        prefix=block,
+        dynamic_cp=bool(select_key(config, f"{block}.dynamic_context_parallel", False)),
+        max_seqlen_per_dp_cp_rank=select_key(config, f"{block}.max_seqlen_per_dp_cp_rank"),
+        remove_padding=bool(select_key(config, f"{model}.use_remove_padding", True)),
+        micro_group=_int(_get(overrides, "microbatch_group_size_per_vp_stage")),
+        custom_layer_split=any(_get(overrides, key) not in (None, False) for key in CUSTOM_SPLIT_KEYS),
+        param_offload=bool(select_key(config, f"{block}.param_offload", False)),
+        optimizer_offload=bool(select_key(config, f"{block}.optimizer_offload", False)),
+        distributed_optimizer=bool(select_key(config, f"{block}.use_distributed_optimizer", True)),
+        grad_bytes=_grad_bytes(config, role, ddp),
+        shape=shape,
+        **sizes,
+    )
+
+
+def meshes_from_config(config: Any, roles: tuple[str, ...]) -> tuple[Mesh, ...]:
+    """The meshes of the Megatron roles among ``roles`` (the actor's and the reference's share one model)."""
+    shapes: dict[str, ModelShape] = {}
+    found = []
+    for role in roles:
+        model = MODEL_PREFIX[role]
+        if strategy_of(config, role) != "megatron":
+            continue
+        if model not in shapes or role == "critic":
+            path = select_key(config, f"{model}.hf_config_path") or select_key(config, f"{model}.path")
+            shapes[model] = shape_from_config(path, value_head=role == "critic")
+        mesh = mesh_of(config, role, shapes[model])
+        if mesh is not None:
+            found.append(mesh)
+    return tuple(found)
+
+
+def _grad_bytes(config: Any, role: str, ddp: Any) -> int:
+    """The DDP grad buffer's dtype: fp32 unless the precision-aware optimizer keeps lower-precision main grads.
+
+    verl sets ``grad_reduce_in_fp32`` so (``transformer_impl.py:439-463`` in 0.9.1, ``_resolve_override_ddp_config``);
+    an explicit ``override_ddp_config.grad_reduce_in_fp32`` wins.
+    """
+    explicit = _get(ddp, "grad_reduce_in_fp32")
+    if explicit is not None:
+        return 4 if explicit else 2
+    optim = f"{ROLE_PREFIX[role]}.optim"
+    low = bool(select_key(config, f"{optim}.use_precision_aware_optimizer", False)) and str(
+        select_key(config, f"{optim}.main_grads_dtype", "fp32")
+    ).lower() not in ("fp32", "float32")
+    return 2 if low else 4
+
+
+def _get(block: Any, key: str) -> Any:
+    try:
+        return block.get(key)
+    except AttributeError:
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
