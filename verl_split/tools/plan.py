@@ -7,7 +7,8 @@ The placement comes from ``--placement``, else the config's ``split_placement``,
 ``VERL_SPLIT_PLACEMENT``, else ``halves``; shared rollout from ``--shared-rollout``, else the
 config's ``split_placement.shared_rollout``, else ``VERL_SPLIT_SHARED_ROLLOUT``, else off.
 With a config, the job's batch is checked against every pool by the installed verl's rules (``--verl``
-picks another family's); without one, no batch rule is checked.
+picks another family's), and so are Megatron's parallel sizes (``placement.megatron``); without one, no
+batch rule is checked.
 Bad input: one message on stderr, exit code 2.
 """
 
@@ -61,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--critic-params",
         type=_params,
         help="With --shared-rollout: the critic's parameters (7B, 1.5e9), else read from critic.model.path.",
+    )
+    parser.add_argument(
+        "--actor-params",
+        type=_params,
+        help="With --shared-rollout: the actor's parameters, for the push's memory on an actor-pool GPU "
+        "(else read from actor_rollout_ref.model.path).",
     )
     parser.add_argument(
         "--verl",
@@ -130,7 +137,9 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
     if shared:
         from verl_split.placement.memory import with_memory_estimate
 
-        plan = with_memory_estimate(plan, {} if config is None else config, args.gpu_memory_gb, args.critic_params)
+        plan = with_memory_estimate(
+            plan, {} if config is None else config, args.gpu_memory_gb, args.critic_params, args.actor_params
+        )
     return plan
 
 
