@@ -61,7 +61,8 @@ def vpp_problems(batch: BatchConfig, dp: dict[str, int], minis: dict[str, int], 
                 found.append(
                     Problem(
                         role,
-                        f"{head}, {count} micro-batches of {micro_key}={micro}, not a multiple of {group}: {why}",
+                        f"{head}, {count} micro-batch{'' if count == 1 else 'es'} of {micro_key}={micro}, not a "
+                        f"multiple of {group}: {why}",
                         cite["vpp"],
                         (key, micro_key),
                     )

@@ -221,9 +221,10 @@ def _tp_across_nodes(mesh: Mesh, pool: Pool) -> list[str]:
 def _tp_ratio(pool: Pool, tp: int) -> str:
     """``" (e.g. 4:4)"``: a split of a node whose side of this pool holds whole TP groups; empty for a shared pool."""
     per_node, now = pool.n_gpus_per_node, pool.process_on_nodes[0]
-    side = tp * max(1, round(now / tp))
-    if ("actor" in pool.roles) == ("critic" in pool.roles) or side >= per_node:
+    sides = range(tp, per_node, tp)  # whole TP groups, and a GPU left for the other side
+    if ("actor" in pool.roles) == ("critic" in pool.roles) or not sides:
         return ""
+    side = min(sides, key=lambda s: (abs(s - now), s))
     return f" (e.g. {side}:{per_node - side})" if "actor" in pool.roles else f" (e.g. {per_node - side}:{side})"
 
 

@@ -82,13 +82,17 @@ def check_dynamic_cp_order(where: str, pool: Pool, meshes: list[Mesh], family: s
     late = [m for m in later if m.dynamic_cp]
     if first.dynamic_cp or not late:
         return
+    one = len(late) == 1
+    if first.role == "critic":  # 0.9 runs no value model with dynamic CP: only a pool of its own helps
+        fix = f"Set {', '.join(m.key('dynamic_context_parallel') for m in late)}=false"
+    else:
+        fix = f"Set {first.key('dynamic_context_parallel')}=true too"
     raise PlacementError(
-        f"{where}: {', '.join(m.role for m in late)} set{'s' if len(late) == 1 else ''} dynamic_context_parallel=true "
-        f"but share the processes of {pool.name} with the {first.role}, whose Megatron engine verl builds first and "
-        "without it; the later engine then finds the process's mesh without dynamic DPxCP groups and raises "
-        f"RuntimeError ({IMPL}:244-257 in 0.9.1) {STARTS}. Set {first.key('dynamic_context_parallel')}=true too"
-        + (" (the critic cannot have it on 0.9)" if first.role == "critic" else "")
-        + ", or give the critic a pool of its own (a split placement such as halves)."
+        f"{where}: {', '.join(m.role for m in late)} {'sets' if one else 'set'} dynamic_context_parallel=true and "
+        f"{'shares' if one else 'share'} the processes of {pool.name} with the {first.role}, whose Megatron engine "
+        "verl builds first and without it; the later engine then finds the process's mesh without dynamic DPxCP "
+        f"groups and raises RuntimeError ({IMPL}:244-257 in 0.9.1) {STARTS}. {fix}, or give the critic a pool "
+        "of its own (a split placement such as halves)."
     )
 
 
