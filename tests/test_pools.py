@@ -45,7 +45,7 @@ def node_worker_class():
     return NodeWorker
 
 
-def build(plan):
+def build(plan, free_after: float = 8):
     from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
 
     from verl_split.runtime.placement.nodes import cluster_nodes
@@ -79,7 +79,7 @@ def build(plan):
     for pool in manager.resource_pool_dict.values():
         for pg in pool.pgs or ():
             ray.util.remove_placement_group(pg)
-    wait_for_free_gpus()
+    wait_for_free_gpus(free_after)
     return placed, expected
 
 
@@ -124,7 +124,7 @@ def test_a_per_node_request_larger_than_a_node_fails_fast(cluster):
 
     plan = plan_placement("6:2", Cluster(1, 8))  # the nodes have 4 GPUs each
     manager = SplitResourcePoolManager(resource_pool_spec=plan.resource_pool_spec, mapping={}, plan=plan)
-    with pytest.raises(PlacementError, match="GPUs free, but the plan puts 8 there"):
+    with pytest.raises(PlacementError, match="plan node 0 puts 8 there .* set trainer.n_gpus_per_node=4 or fewer"):
         manager.create_resource_pool()
 
 
@@ -177,3 +177,73 @@ def test_a_pool_ray_cannot_place_in_time_is_removed_with_a_clear_error(cluster):
     states = [pg["state"] for pg in placement_group_table().values() if pg["name"].startswith("stuck_pool")]
     assert states and set(states) == {"REMOVED"}, states
     wait_for_free_gpus()
+
+
+# --------------------------------------------------------------------------- busy and draining nodes are skipped
+
+
+def test_a_busy_node_is_skipped_and_the_pools_land_on_the_spare(cluster, capsys, caplog):
+    """Three of one node's four GPUs held by another placement group: the plan's one node (1 + 1 GPUs) goes
+    to the other node, and the log says which and why. Before, plan node 0 was always Ray's first node."""
+    import dataclasses
+    import logging
+    import re
+
+    from ray.util.placement_group import placement_group
+
+    from verl_split.placement import Cluster, plan_placement
+    from verl_split.runtime.placement.nodes import NODE_ID_LABEL, cluster_nodes
+
+    caplog.set_level(logging.INFO, logger="verl_split")
+    first, spare = (n.node_id for n in cluster_nodes("GPU"))
+    blocker = placement_group([{"GPU": 1, "CPU": 1}] * 3, bundle_label_selector=[{NODE_ID_LABEL: first}] * 3)
+    ray.get(blocker.ready(), timeout=60)
+    plan = dataclasses.replace(plan_placement("1:1", Cluster(1, 2)), ready_timeout_s=60)
+    try:
+        placed, _ = build(plan, free_after=5)
+    finally:
+        ray.util.remove_placement_group(blocker)
+    assert placed == {"actor_rollout_ref_pool": [spare], "critic_pool": [spare]}
+    said = capsys.readouterr().out + caplog.text  # nodes.announce prints, or logs where a handler listens
+    assert re.search(rf"Plan nodes on Ray nodes: 0 -> \S+ {spare[:8]} \(2 of its 4 free GPUs\)", said), said
+    assert re.search(rf"Skipped Ray nodes: \S+ {first[:8]} \(too few free: 1 of 4 GPUs free\)", said), said
+    wait_for_free_gpus()
+
+
+def test_a_draining_node_is_never_chosen(cluster):
+    """Ray 2.60 shows a draining node alive with its GPUs free, and never places a new group there: a plan
+    node put there waited the whole ready timeout. Draining needs a node with work on it (an idle one is
+    stopped at once), so a third node gets a CPU actor first; the node leaves once the actor is gone."""
+    import time
+
+    from ray.core.generated import autoscaler_pb2
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from verl_split.placement import Cluster, plan_placement
+    from verl_split.runtime.placement.nodes import check_fit, cluster_nodes
+
+    before = {n.node_id for n in cluster_nodes("GPU")}
+    third = cluster.add_node(num_cpus=2, num_gpus=4)
+    cluster.wait_for_nodes()
+
+    @ray.remote(num_cpus=1)
+    class Busy:
+        def ping(self) -> int:
+            return 1
+
+    busy = Busy.options(scheduling_strategy=NodeAffinitySchedulingStrategy(third.node_id, soft=False)).remote()
+    try:
+        ray.get(busy.ping.remote(), timeout=60)
+        gcs = ray._private.worker.global_worker.gcs_client
+        reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
+        accepted, _ = gcs.drain_node(third.node_id, reason, "test", int(time.time() * 1000) + 3_600_000)
+        assert accepted
+        alive = cluster_nodes("GPU")
+        assert [n.draining for n in alive if n.node_id == third.node_id] == [True]
+        plan = plan_placement("per-node", Cluster(2, 4))
+        choice = check_fit(plan, plan.resource_pool_spec, alive)
+        assert {n.node_id for n in choice.assigned.values()} == before
+        assert f"{third.node_id[:8]} (draining (4 of 4 GPUs free))" in choice.lines()[1]
+    finally:
+        ray.kill(busy)
+        cluster.remove_node(third, allow_graceful=False)

@@ -1,27 +1,40 @@
-"""The cluster as the pools see it: Ray's nodes, the per-node fit check, and placement groups awaited.
+"""The cluster as the pools see it: Ray's nodes and their load, and placement groups awaited.
 
-Plan node ``k`` is the ``k``-th alive node with GPUs, ordered by (IP address, node id): the order
-verl itself sorts placement groups in (``sort_placement_group_by_node_ip``), so ranks stay stable
-across restarts of the same cluster. A per-node request larger than a node's free GPUs is refused
-before any placement group exists (verl's ``ResourcePoolManager._check_resource_available`` compares
-only the cluster's total: verl issues 1182 and 2596); placement groups that never become ready are
-removed after ``split_placement.ready_timeout_s`` and named.
+Which Ray node holds which plan node, and the per-node fit check, are ``choice.py``'s: any alive node
+with the plan node's GPUs free, skipping busy, draining and undersized ones. A per-node request larger
+than a node's free GPUs is refused before any placement group exists (verl's
+``ResourcePoolManager._check_resource_available`` compares only the cluster's total: verl issues 1182
+and 2596); placement groups that never become ready are removed after ``split_placement.ready_timeout_s``
+and named.
+
+Ray's APIs (2.60): no public API gives free resources per node. ``ray.nodes()`` (what verl itself reads,
+``sort_placement_group_by_node_ip``) gives alive nodes, addresses and totals; ``ray.util.state.list_nodes``
+gives the same and needs the dashboard; ``ray.available_resources()`` is the cluster's sum. The free GPUs
+per node and the draining nodes come from ``ray._private.state`` (``available_resources_per_node``, marked
+DeveloperAPI, the call verl's own check makes; ``GlobalState.get_draining_nodes``), read in one place,
+:func:`node_load`, which never raises: a Ray without them runs with every alive node's GPUs counted as
+free and no node seen draining, and says so once.
 
 Imports Ray, not verl.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from ray.util.placement_group import remove_placement_group
 
+from verl_split.core import log
 from verl_split.core.errors import PlacementError
 from verl_split.placement import Plan
+from verl_split.runtime.placement.choice import NodeChoice, NodeInfo, check_fit
+
+__all__ = ["NodeChoice", "NodeInfo", "check_fit", "cluster_nodes", "node_load"]
 
 logger = logging.getLogger("verl_split")
 
@@ -51,14 +64,6 @@ def announce_plan(plan: Plan) -> None:
         announce(note)
 
 
-@dataclass(frozen=True)
-class NodeInfo:
-    node_id: str
-    address: str
-    total: float
-    available: float
-
-
 def device_resource() -> str:
     """The Ray resource verl asks for per worker (``GPU`` on CUDA), as ``RayResourcePool`` does."""
     try:
@@ -69,67 +74,64 @@ def device_resource() -> str:
         return "GPU"
 
 
-def cluster_nodes(resource: str | None = None) -> list[NodeInfo]:
-    """Alive Ray nodes with the device resource, in plan order (IP, then node id)."""
+@dataclass(frozen=True)
+class NodeLoad:
+    """What Ray's private state says of its nodes' load (see the module's docstring)."""
+
+    #: node id (hex) -> free units of the device resource; None when this Ray could not say.
+    free: dict[str, float] | None
+    #: node id (hex) of every node Ray is draining -> its deadline in ms (0: none).
+    draining: dict[str, int] = field(default_factory=dict)
+    #: Why a part is unknown, for the log.
+    notes: tuple[str, ...] = ()
+
+
+def node_load(resource: str, state: Any = None) -> NodeLoad:
+    """Free ``resource`` per node and the draining nodes; never raises (``state``: a stand-in for tests)."""
+    notes = []
+    if state is None:
+        try:
+            state = importlib.import_module("ray._private.state")
+        except Exception as exc:
+            state = exc
+    free = None
+    try:
+        per_node = state.available_resources_per_node()
+        free = {str(node): float(res.get(resource, 0)) for node, res in per_node.items()}
+    except Exception as exc:
+        notes.append(
+            f"Ray {ray.__version__} did not give the free {resource}s per node (ray._private.state."
+            f"available_resources_per_node: {type(exc).__name__}: {exc}): the fit check counts every alive node's "
+            f"{resource}s as free, so a node busy with other work is found only when its placement group is not "
+            "ready after split_placement.ready_timeout_s."
+        )
+    draining: dict[str, int] = {}
+    try:
+        draining = {str(node): int(deadline) for node, deadline in state.state.get_draining_nodes().items()}
+    except Exception as exc:
+        notes.append(
+            f"Ray {ray.__version__} did not say which nodes are draining (ray._private.state.state."
+            f"get_draining_nodes: {type(exc).__name__}: {exc}): a draining node may be chosen, and is then found "
+            "only when its placement group is not ready after split_placement.ready_timeout_s."
+        )
+    return NodeLoad(free, draining, tuple(notes))
+
+
+def cluster_nodes(resource: str | None = None, load: NodeLoad | None = None) -> list[NodeInfo]:
+    """Alive Ray nodes with the device resource, in Ray's node order (IP, then node id)."""
     resource = resource or device_resource()
-    # Private, as in verl's own ResourcePoolManager._check_resource_available: Ray 2.60 has no public
-    # per-node *free* resources (ray.nodes() and ray.util.state.list_nodes give totals only).
-    available = ray._private.state.available_resources_per_node()
+    load = load if load is not None else node_load(resource)
+    for note in load.notes:
+        log.once(logger, f"verl-split: {note}", logging.WARNING)
     nodes = []
     for node in ray.nodes():
         total = float(node.get("Resources", {}).get(resource, 0))
         if not node.get("Alive") or total <= 0:
             continue
-        free = float(available.get(node["NodeID"], {}).get(resource, 0))
-        nodes.append(NodeInfo(node["NodeID"], node.get("NodeManagerAddress", ""), total, free))
+        node_id = node["NodeID"]
+        free = total if load.free is None else load.free.get(node_id, 0.0)
+        nodes.append(NodeInfo(node_id, node.get("NodeManagerAddress", ""), total, free, node_id in load.draining))
     return sorted(nodes, key=lambda n: (n.address, n.node_id))
-
-
-def check_fit(
-    plan: Plan | None, spec: dict[str, list[int]], nodes: list[NodeInfo], resource: str = "GPU"
-) -> dict[int, NodeInfo]:
-    """Check every per-node request fits a real node; return plan node index -> Ray node."""
-    if not nodes:
-        raise PlacementError(
-            f"the Ray cluster has no alive node with {resource} resources, so no pool can be placed. "
-            f"Start Ray with {resource}s (ray start --num-gpus=N) or check `ray status`."
-        )
-    assigned: dict[int, NodeInfo] = {}
-    planned: set[str] = set()
-    if plan is not None:
-        planned = {pool.name for pool in plan.pools}
-        needed = plan.cluster.nnodes
-        if len(nodes) < needed:
-            raise PlacementError(
-                f"the plan needs {needed} nodes with {resource}s but the Ray cluster has {len(nodes)} "
-                f"({', '.join(f'{n.address} {n.node_id[:8]}: {n.total:g}' for n in nodes)}). "
-                f"Set trainer.nnodes={len(nodes)}, or add nodes to the cluster."
-            )
-        for index in range(needed):
-            node = nodes[index]
-            parts = {p.name: p.per_node[index] for p in plan.pools if index in p.per_node}
-            demand = sum(parts.values())
-            if demand > node.available:
-                detail = ", ".join(f"{name} {count}" for name, count in parts.items())
-                raise PlacementError(
-                    f"plan node {index} is Ray node {node.address} {node.node_id[:8]} with {node.available:g} of "
-                    f"{node.total:g} {resource}s free, but the plan puts {demand} there ({detail}). verl would wait "
-                    f"forever for that placement group (verl issues 1182, 2596). Set trainer.n_gpus_per_node="
-                    f"{int(node.total)} or fewer, or free the node's {resource}s."
-                )
-            assigned[index] = node
-    largest = max(n.available for n in nodes)
-    for name, counts in spec.items():
-        if name in planned:
-            continue
-        for count in counts:
-            if count > largest:
-                raise PlacementError(
-                    f"resource pool {name} asks for {count} {resource}s on one node, but no Ray node has more "
-                    f"than {largest:g} free. verl would wait forever for that placement group (verl issues 1182, "
-                    f"2596). Lower that pool's n_gpus_per_node to at most {int(largest)}."
-                )
-    return assigned
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,12 @@ and a count larger than any node's GPUs leaves its placement group pending forev
 
 Here each planned pool gets a :class:`PinnedRayResourcePool` whose placement groups carry a bundle
 label selector on ``ray.io/node-id`` (Ray >= 2.4x labels every node with its id; a hard constraint,
-unlike ``_soft_target_node_id``), and :class:`SplitResourcePoolManager` checks every per-node
-request against the real nodes' free GPUs before any placement group is created. The check can
-still be beaten by a race (another job takes the GPUs, a node dies), so the placement groups are
-awaited for at most ``split_placement.ready_timeout_s`` seconds; then they are removed and a
+unlike ``_soft_target_node_id``), and :class:`SplitResourcePoolManager` first chooses a Ray node for
+every plan node among the alive ones with its GPUs free (``choice.py``: busy, draining and undersized
+nodes skipped, Ray's node order kept where it can be, so verl's ranks follow the plan), before any
+placement group exists; the selectors name the chosen nodes, so the choice is what Ray places. The
+check can still be beaten by a race (another job takes the GPUs, a node dies), so the placement groups
+are awaited for at most ``split_placement.ready_timeout_s`` seconds; then they are removed and a
 PlacementError names the pool, the nodes and the label selectors that could not be satisfied.
 
 Ray floor: ``bundle_label_selector`` is the one Ray feature here newer than verl's own floor (2.41):
@@ -23,7 +25,7 @@ Ray PR 60170 (January 2026) STRICT_PACK placement groups ignored their bundle la
 after a pool's groups are ready, :func:`unpinned_groups` reads where Ray put them and a group off its
 planned node is announced (the run goes on with Ray's layout; a newer Ray keeps the planned one).
 
-The nodes, the fit check and the waiting: ``nodes.py``.
+The nodes and the waiting: ``nodes.py``; the choice of nodes and the fit check: ``choice.py``.
 
 Imports Ray and verl: load it only inside a run (the seams do), never from ``placement``.
 """
@@ -113,14 +115,16 @@ class SplitResourcePoolManager(ResourcePoolManager):
         for name, counts in self.resource_pool_spec.items():
             nodes.announce(f"Creating resource pool: {name} with {list(counts)} GPUs")
         resource = nodes.device_resource()
-        assigned = nodes.check_fit(self.plan, self.resource_pool_spec, nodes.cluster_nodes(resource), resource)
+        choice = nodes.check_fit(self.plan, self.resource_pool_spec, nodes.cluster_nodes(resource), resource)
+        for line in choice.lines(resource):
+            nodes.announce(line)
         super().create_resource_pool()
         if self.plan is None:
             return
         for pool in self.plan.pools:
             if pool.name not in self.resource_pool_dict:
                 continue
-            node_ids = [assigned[index].node_id for index in pool.nodes]
+            node_ids = [choice.assigned[index].node_id for index in pool.nodes]
             self.resource_pool_dict[pool.name] = PinnedRayResourcePool(
                 process_on_nodes=pool.process_on_nodes,
                 use_gpu=True,
