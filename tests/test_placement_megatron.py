@@ -286,3 +286,24 @@ def test_the_launching_process_refuses_before_ray():
     actor = {TP: 4, PP: 2, EP: 2}
     with pytest.raises(ActivationFailed, match=r"parallel_state.py:786-795"):
         check_config(config(placement="all", actor=actor, critic=actor))
+
+
+def test_verl_split_plan_refuses_it_too(capsys):
+    from verl_split.tools import cli
+
+    overrides = [
+        "model_engine=megatron",
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=8",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4",
+        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+        "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2",
+        "critic.megatron.tensor_model_parallel_size=4",
+        "critic.megatron.pipeline_model_parallel_size=2",
+        "critic.megatron.expert_model_parallel_size=2",
+        "+split_placement.placement=all",
+    ]
+    assert cli.main(["plan", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("verl-split plan: split_placement.placement='all': actor on global_pool (8 GPUs)")
+    assert "parallel_state.py:786-795" in err and "Traceback" not in err
