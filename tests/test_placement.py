@@ -145,6 +145,26 @@ def test_uneven_per_node_error_names_the_counts():
         plan_placement("actor:0-5,8-9;critic:6-7,10-15", Cluster(2, 8), PPO)
 
 
+@pytest.mark.parametrize(
+    ("placement", "cluster", "hint"),
+    [
+        # 8 + 8 GPUs asked: 4:4 keeps the share (the first node's 6:2 would give the actor 12 of 16).
+        ("actor:0-5,8-9;critic:6-7,10-15", Cluster(2, 8), "e.g. 4:4."),
+        ("actor:0-1,8-13;critic:2-7,14-15", Cluster(2, 8), "e.g. 4:4."),
+        # 10 + 6 asked: 5:3 on each node keeps 10 + 6.
+        ("actor:0-6,8-10;critic:7,11-15", Cluster(2, 8), "e.g. 5:3."),
+        # 12 + 12 over three nodes: 4:4 on each.
+        ("actor:0-11;critic:12-23", Cluster(3, 8), "e.g. 4:4."),
+        # 8 + 4 asked, 4 GPUs left idle: 4:2 on each node keeps both counts.
+        ("actor:0-5,8-9;critic:6-7,10-11", Cluster(2, 8), "e.g. 4:2."),
+    ],
+)
+def test_the_uneven_per_node_hint_keeps_the_share_of_gpus_asked(placement, cluster, hint):
+    with pytest.raises(PlacementError) as exc:
+        plan_placement(placement, cluster, PPO)
+    assert str(exc.value).endswith(f"Give the pool the same number of GPUs on every node it uses, {hint}")
+
+
 def test_explicit_ranges_across_nodes_with_even_counts_still_plan():
     plan = plan_placement("actor:0-5,8-13;critic:6-7,14-15", Cluster(2, 8), PPO)
     assert plan.resource_pool_spec == {ACTOR_POOL: [6, 6], CRITIC_POOL: [2, 2]}
