@@ -185,3 +185,50 @@ def test_the_counting_balancer_counts_each_routed_request_once():
     # A sticky request (a later turn of the same conversation) is routed, so counted, again.
     server, _ = balancer.acquire_server(request_id="r0")
     assert server == picked[0] and balancer.take_routed() == {server: 1}
+
+
+# --------------------------------------------------------------------------- dead replicas, probed at once
+
+
+class FakeServer:
+    """A rollout server's actor handle: ``__ray_ready__.remote()`` gives a ref named after the server."""
+
+    def __init__(self, name: str, sent: list[str]) -> None:
+        self.__ray_ready__ = SimpleNamespace(remote=lambda: (sent.append(name), name)[1])
+
+
+def fake_replicas(*servers_per_replica: tuple[str, ...]) -> tuple[list, list[str]]:
+    sent: list[str] = []
+    replicas = [
+        SimpleNamespace(replica_rank=rank, servers=[FakeServer(name, sent) for name in names])
+        for rank, names in enumerate(servers_per_replica)
+    ]
+    return replicas, sent
+
+
+def test_every_server_is_probed_before_one_wait_with_one_deadline():
+    # Fakes of Ray's refs and of ray.wait / ray.get: 40 replicas, one never answers, one's actor died (its
+    # ref is ready with an error). The real probe of hanging servers on a local Ray is test_dead_replicas_ray.py.
+    replicas, sent = fake_replicas(*[(f"r{i}a", f"r{i}b") for i in range(40)])
+    waits = []
+
+    def wait(refs, num_returns, timeout):
+        waits.append((len(sent), len(refs), num_returns, timeout))
+        return [r for r in refs if r != "r7b"], ["r7b"]
+
+    def get(ref, timeout):
+        assert timeout == 0  # only refs already answered are read
+        if ref == "r31a":
+            raise RuntimeError("ActorDiedError")
+
+    assert both_pools.dead_replicas(replicas, 10.0, wait=wait, get=get) == [7, 31]
+    assert waits == [(80, 80, 80, 10.0)]  # every probe sent first, then one wait for all of them
+
+
+def test_a_replica_whose_handle_cannot_send_is_dead_and_no_servers_means_no_wait():
+    replicas, _ = fake_replicas(("a",), ("b",))
+    replicas[0].servers = [SimpleNamespace(__ray_ready__=SimpleNamespace(remote=lambda: 1 / 0))]
+    assert both_pools.dead_replicas(
+        replicas, 1.0, wait=lambda refs, **_: (list(refs), []), get=lambda *a, **k: None
+    ) == [0]
+    assert both_pools.dead_replicas([], wait=lambda *a, **k: pytest.fail("no probe, no wait")) == []
