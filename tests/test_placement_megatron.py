@@ -118,6 +118,9 @@ def test_routed_experts_must_split_over_ep(tmp_path):
 def test_a_dense_model_takes_no_expert_parallelism(tmp_path):
     message = refused(config(placement="all", actor={EP: 2}, critic=False, path=model(tmp_path, DENSE)))
     assert "has no routed experts" in message and "transformer_config.py:1048-1049" in message
+    # A config that names experts under a key the planner does not know is a MoE of unknown count, not dense.
+    odd = model(tmp_path, {**DENSE, "num_experts_per_tok": 2, "moe_layer_freq": 1}, "odd")
+    assert plan(config(placement="all", actor={EP: 2}, critic=False, path=odd))
 
 
 # --------------------------------------------------------------------------- virtual pipeline

@@ -40,12 +40,18 @@ verl's file:line); a layout that breaks one is refused with the numbers, the nea
 nearest layouts that fit (``batch``). The rules are read from the run's config
 (``batch_config``); a plan without a config (``verl-split plan --placement 6:2``) checks none.
 
+Megatron roles (``strategy: megatron``): each pool must also suit what megatron-core builds from its sizes
+(ETP x EP x PP, experts per EP rank, VPP and the layers per stage, dynamic context parallelism), roles that
+share a pool's processes share one mesh, and TP groups across nodes are noted (``megatron``, the sizes read by
+``megatron_config`` into a ``mesh.Mesh``); VPP's micro-batch groups are a batch rule (``batch_vpp``).
+
 Shared rollout (``split_placement.shared_rollout`` or ``VERL_SPLIT_SHARED_ROLLOUT``, off by default):
 rollout replicas on the critic's pool too, beside the actor's hybrid ones (``Plan.rollout_pools``).
 Checked before Ray starts: the critic has a pool of its own, holding whole replicas on every node
 it touches and room for one more worker group per GPU (``plan_placement``); the run is on verl 0.9's
 v1 trainer in sync mode, with LoRA merged (``check_shared_rollout_run``); a critic-pool GPU has room for vLLM's
-share, the critic's training state and the push's buffers (``memory``, the formula in its docstring).
+share, the critic's training state and the push's buffers, an actor-pool GPU for the push's buffers beside the
+actor's state (``memory``, the formulas in its docstring; the states in ``train_state``).
 """
 
 from verl_split.placement.batch_config import batch_from_config
