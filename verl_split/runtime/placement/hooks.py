@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from types import ModuleType
 from typing import Any
@@ -45,14 +46,19 @@ def check_config(config: Any) -> None:
     if config is None or select_key(config, "actor_rollout_ref") is None or select_key(config, "trainer") is None:
         return
 
+    from verl_split.placement.deferral_capacity import check_deferral_capacity
+
     try:
-        plan_from_config(config)
+        # What the deferred critic update keeps resident: a v1 run that would overflow TransferQueue stops here.
+        warning = check_deferral_capacity(config, plan_from_config(config), settings.current().defer_critic)
     except PlacementError as exc:
         ray = sys.modules.get("ray")
         if ray is not None and ray.is_initialized():
             raise  # inside a Ray actor: the driver reports the actor's error
         # SystemExit on purpose: hydra's main would print an exception with a traceback.
         raise ActivationFailed(f"split placement: {exc}") from exc
+    if warning:
+        logging.getLogger("verl_split").warning("verl-split: %s", warning)
     # A feature the config switches on, which activation could not see: the preflight of its seams.
     from verl_split.placement import shared_rollout_from_config
     from verl_split.plugin import activation
