@@ -22,6 +22,10 @@ megatron-core 0.16.1 and of verl 0.9.1 (0.8.0 / 0.7.1 where they differ); ``docs
   model's ``config.json`` is readable and no custom split is set; a VPP group is at least PP micro-batches
   (``pipeline_parallel/schedules.py:995-1003``). Its batch rule is ``batch_vpp``.
 * Dynamic context parallelism (0.8+): in ``placement.megatron_dcp``.
+* Always true under verl, so not checked: the expert and dense pipeline groups agree and the rank order ends in
+  ``pp`` (``parallel_state.py:808-817``: verl keeps the default order ``tp-cp-ep-dp-pp``), EP and CP never meet
+  in one rank generator (:453-456), and the distributed optimizer's instances divide the data-parallel sizes
+  (:833-836, :1263-1265: verl passes none, so 1).
 * Tensor parallelism across nodes: a warning, not a refusal (``_tp_across_nodes``).
 """
 
