@@ -52,6 +52,8 @@ def mesh_of(config: Any, role: str, shape: ModelShape | None = None) -> Mesh | N
     sizes: dict[str, Any] = {}
     for attr, key in MESH_KEYS:
         value = select_key(config, f"{block}.{key}")
+        if value is None and role == "ref":  # verl's config: the reference's sizes follow the actor's (oc.select)
+            value = select_key(config, f"{ROLE_PREFIX['actor']}.megatron.{key}")
         optional = attr in ("etp", "vpp")
         sizes[attr] = _int(value) if _int(value) is not None else (None if optional else 1)
     overrides = select_key(config, f"{block}.override_transformer_config", {}) or {}
