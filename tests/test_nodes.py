@@ -244,3 +244,12 @@ def test_a_placement_group_off_its_planned_node_is_found():
     ]
     assert unpinned_groups(["pg0"], ["node-a"], table=tables.__getitem__) == []
     assert unpinned_groups(["pg2"], ["node-a"], table=lambda pg: {}) == []  # not placed yet: nothing to say
+
+
+def test_a_large_cluster_s_spares_are_counted_and_every_unfit_node_named():
+    plan = plan_placement("per-node", Cluster(2, 8))
+    alive = [node(chr(ord("a") + i), total=8, address=f"10.0.2.{i:02d}") for i in range(14)]
+    alive[12] = node("m", total=8, available=0, address="10.0.2.12")
+    skipped = nodes.check_fit(plan, plan.resource_pool_spec, alive).lines()[1]
+    assert skipped.count("(not needed: 8 of 8 GPUs free)") == 8  # choice.NAMED
+    assert "and 3 more spare node(s)" in skipped and "10.0.2.12 mmmmmmmm (too few free: 0 of 8 GPUs free)" in skipped

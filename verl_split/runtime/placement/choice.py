@@ -72,12 +72,16 @@ class NodeChoice:
             for index, node in sorted(self.assigned.items())
         )
         lines = [f"Plan nodes on Ray nodes: {chosen}"]
-        if self.skipped:
-            needs = set(sum(d.values()) for d in self.demands.values())
-            lines.append(
-                "Skipped Ray nodes: "
-                + ", ".join(f"{n.label} ({_why_skipped(n, needs, resource)})" for n in self.skipped)
-            )
+        needs = {sum(d.values()) for d in self.demands.values()}
+        # Every node skipped for a reason is named; spares that fit but were not needed, the first few.
+        unfit = [n for n in self.skipped if not any(n.fits(need) for need in needs)]
+        spare = [n for n in self.skipped if n not in unfit]
+        named = [f"{n.label} ({_why_skipped(n, resource)})" for n in unfit]
+        named += [f"{n.label} (not needed: {n.state(resource)})" for n in spare[:NAMED]]
+        if len(spare) > NAMED:
+            named.append(f"and {len(spare) - NAMED} more spare node(s)")
+        if named:
+            lines.append("Skipped Ray nodes: " + ", ".join(named))
         if not self.in_order:
             lines.append(
                 "The chosen Ray nodes are not in the plan's node order (no in-order choice fits): verl numbers each "
@@ -88,12 +92,8 @@ class NodeChoice:
         return lines
 
 
-def _why_skipped(node: NodeInfo, needs: set[int], resource: str) -> str:
-    if node.draining:
-        return node.state(resource)
-    if not any(node.fits(need) for need in needs):
-        return f"too few free: {node.state(resource)}"
-    return f"not needed: {node.state(resource)}"
+def _why_skipped(node: NodeInfo, resource: str) -> str:
+    return node.state(resource) if node.draining else f"too few free: {node.state(resource)}"
 
 
 def plan_demands(plan: Plan) -> dict[int, dict[str, int]]:
