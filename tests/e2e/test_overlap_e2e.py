@@ -32,6 +32,28 @@ DEFERRED_FAIL_AFTER_S = 6.0
 TOLERANCE, WEIGHT_TOLERANCE = (1e-5, 1e-3) if DEFAULT_TRAINER == "v1" else (0.0, 0.0)
 
 
+#: The module's on/off pair trains on model-parallel meshes, a different one per pool (issue 28): 4 logical
+#: GPUs, 2 per pool; on one pool a Ulysses sequence-parallel group of 2 (data-parallel size 1: both ranks
+#: receive the same rows, verl collects from SP rank 0 only, verl/workers/engine/fsdp/transformer_impl.py
+#: is_mp_src_rank_with_outputs; legacy fsdp_workers.py the same per role), plain data parallelism on the other.
+#: The critic's pool on the engine workers (0.8, 0.9), the actor's on 0.7's legacy workers: both directions.
+#: Attention over the sequence-parallel group is verl-split's CPU stand-in for flash-attention
+#: (verl_split/runtime/cpu/ulysses.py); verl's Ulysses runs only with remove-padding on.
+MESH_GPUS = 2 * 2
+MESH_ROLE = "actor" if FAMILY == "0.7" else "critic"
+_SP_KEY = {
+    "actor": "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    # 0.9's engine critic reads only its engine block (critic.fsdp): verl 0.9.1's critic-level key, kept
+    # "for backward compatibility", is never copied there (verl/workers/config/critic.py FSDPCriticConfig).
+    "critic": "critic.fsdp.ulysses_sequence_parallel_size",
+}
+MESH_OVERRIDES = [
+    "actor_rollout_ref.model.use_remove_padding=true",
+    "critic.model.use_remove_padding=true",
+    f"{_SP_KEY[MESH_ROLE]}=2",
+]
+
+
 def split_env(out: Path, **extra: str) -> dict[str, str]:
     return plugin_env(out, VERL_SPLIT="1", **extra)
 
@@ -41,15 +63,30 @@ def worker_records(out: Path) -> list[dict]:
 
 
 def worker_intervals(out: Path, phase: str = "update") -> dict[str, list[tuple[float, float]]]:
-    """Per role, the (start, end) of each call of ``phase`` as the worker process saw it, in order.
+    """Per role, the (start, end) of each call of ``phase`` as the role's first worker process saw it, in order
+    (every rank of a role runs each call).
 
     These jobs have no reference policy (GAE without a KL term), so each step has one call per
     role and phase: the actor's old_log_prob and the critic's values for ``prep``."""
+    records = worker_records(out)
+    first_pid = {}
+    for record in records:
+        first_pid.setdefault(record["role"], record["pid"])
     calls: dict[str, list[tuple[float, float]]] = {"actor": [], "critic": []}
-    for record in worker_records(out):
-        if "end" in record and record["phase"] == phase:
+    for record in records:
+        if "end" in record and record["phase"] == phase and record["pid"] == first_pid[record["role"]]:
             calls[record["role"]].append((record["start"], record["end"]))
     return {role: sorted(spans) for role, spans in calls.items()}
+
+
+def meshes(out: Path) -> dict[str, dict[int, tuple[int, bool, int]]]:
+    """Per role, per worker process: (data-parallel rank, collected, rows received) of its first update."""
+    found: dict[str, dict[int, tuple[int, bool, int]]] = {"actor": {}, "critic": {}}
+    for record in worker_records(out):
+        if record["phase"] == "update" and "mesh" in record and record["pid"] not in found[record["role"]]:
+            (dp_rank, collected), *_ = (v for k, v in record["mesh"].items() if k != "rollout")
+            found[record["role"]][record["pid"]] = (dp_rank, collected, record["rows"])
+    return found
 
 
 def shared_fraction(a: tuple[float, float], b: tuple[float, float]) -> float:
@@ -59,21 +96,32 @@ def shared_fraction(a: tuple[float, float], b: tuple[float, float]) -> float:
 
 
 def final_weights(run_dir: Path, role: str) -> dict[str, torch.Tensor]:
+    """The role's last checkpoint, every rank's shard (``rank/name``): FSDP shards over all of a pool's ranks."""
     step_dirs = sorted((run_dir / "checkpoints").glob("global_step_*"), key=lambda p: int(p.name.split("_")[-1]))
     assert step_dirs, f"no checkpoint under {run_dir / 'checkpoints'}"
-    state = torch.load(step_dirs[-1] / role / "model_world_size_1_rank_0.pt", weights_only=False)
-    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in state.items()}
+    shards = sorted((step_dirs[-1] / role).glob("model_world_size_*_rank_*.pt"))
+    assert shards, f"no model shard under {step_dirs[-1] / role}"
+    weights = {}
+    for shard in shards:
+        rank = shard.stem.rsplit("_", 1)[-1]
+        for name, value in torch.load(shard, weights_only=False).items():
+            weights[f"{rank}/{name}"] = value.to_local() if hasattr(value, "to_local") else value
+    return weights
 
 
-def run_split(tiny_assets, out: Path, steps: int, extra: list[str], trainer: str | None = None, **env: str) -> PPORun:
-    overrides = dry_run_overrides(tiny_assets, steps, "gae", trainer, out, n_gpus_per_node=2) + extra
+def run_split(
+    tiny_assets, out: Path, steps: int, extra: list[str], trainer: str | None = None, gpus: int = 2, **env: str
+) -> PPORun:
+    overrides = dry_run_overrides(tiny_assets, steps, "gae", trainer, out, n_gpus_per_node=gpus) + extra
     return run_main_ppo(overrides, out, env=split_env(out, **env))
 
 
 def run_three_steps(tiny_assets, out: Path, overlap: str) -> PPORun:
-    """The module's 3-step split job with injected sleeps in both phases, VERL_SPLIT_OVERLAP=``overlap``."""
+    """The module's 3-step split job on the meshes (``MESH_OVERRIDES``) with injected sleeps in both phases,
+    VERL_SPLIT_OVERLAP=``overlap``."""
     sleeps = {"SLOW_UPDATES_SLEEP": str(SLEEP_S), "SLOW_PREP_SLEEP": str(SLEEP_S)}
-    return run_split(tiny_assets, out, steps=3, extra=["trainer.save_freq=3"], VERL_SPLIT_OVERLAP=overlap, **sleeps)
+    extra = ["trainer.save_freq=3", *MESH_OVERRIDES]
+    return run_split(tiny_assets, out, 3, extra, gpus=MESH_GPUS, VERL_SPLIT_OVERLAP=overlap, **sleeps)
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +132,22 @@ def overlapped_and_sequential(tiny_assets, tmp_path_factory):
         out = tmp_path_factory.mktemp(name)
         runs[name] = (out, run_three_steps(tiny_assets, out, overlap))
     return runs
+
+
+@pytest.mark.parametrize("run_name", ["overlap", "sequential"])
+def test_each_pool_trains_on_its_own_mesh(overlapped_and_sequential, run_name):
+    """verl built the meshes asked for: on one pool an SP group of 2 (both ranks get every row, one is
+    collected), on the other two data-parallel ranks (half the rows each, both collected)."""
+    out, run = overlapped_and_sequential[run_name]
+    run.assert_ok()
+    found = meshes(out)
+    other = "critic" if MESH_ROLE == "actor" else "actor"
+    sp, dp = sorted(found[MESH_ROLE].values()), sorted(found[other].values())
+    assert len(sp) == len(dp) == 2, found
+    (rank_a, collected_a, rows_a), (rank_b, collected_b, rows_b) = sp
+    assert rank_a == rank_b == 0 and [collected_a, collected_b] == [False, True] and rows_a == rows_b, found
+    assert [(rank, collected) for rank, collected, _ in dp] == [(0, True), (1, True)], found
+    assert dp[0][2] == dp[1][2] == rows_a // 2, found
 
 
 def test_updates_overlap_in_every_step(overlapped_and_sequential):
@@ -142,7 +206,7 @@ def test_whole_step_metrics(overlapped_and_sequential):
     for key in ("split/actor_pool_busy_share", "split/critic_pool_busy_share"):
         shares = run.series(key)
         assert len(shares) == 3 and all(0.0 < share <= 1.0 for share in shares), (key, shares)
-    assert run.series("split/actor_pool_gpus") == run.series("split/critic_pool_gpus") == [1.0, 1.0, 1.0]
+    assert run.series("split/actor_pool_gpus") == run.series("split/critic_pool_gpus") == [2.0, 2.0, 2.0]
 
 
 @pytest.mark.extended(

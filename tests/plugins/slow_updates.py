@@ -14,7 +14,8 @@ the trainer. Two phases of a PPO step:
 
 Environment (``PHASE`` is ``UPDATES`` or ``PREP``):
 - ``SLOW_UPDATES_LOG``: JSON-lines file: a line when a call starts (phase, role, method, pid,
-  start, and the Ray placement group the worker runs in) and one when it ends (+ end).
+  start, the Ray placement group the worker runs in, the rows it received and its place in each verl
+  mesh: data-parallel rank, collected or not) and one when it ends (+ end).
 - ``SLOW_{PHASE}_SLEEP``: seconds to sleep at the start of each call of that phase (default 0);
   ``SLOW_{PHASE}_SLEEP_CRITIC`` / ``_ACTOR``: the same for one role, in place of ``SLOW_{PHASE}_SLEEP``.
 - ``SLOW_{PHASE}_FAIL``: ``critic`` or ``actor``: raise inside that role's call of that phase.
@@ -51,6 +52,22 @@ def _placement_group() -> str | None:
     return ray.get_runtime_context().get_placement_group_id()
 
 
+def _rows(args) -> int | None:
+    """How many samples this rank received (a DataProto, a TensorDict or verl v1's batch meta)."""
+    try:
+        return len(args[0])
+    except Exception:
+        return None
+
+
+def _mesh(worker) -> dict:
+    """This rank's place in each of its roles' meshes as verl registered it
+    (``Worker._register_dispatch_collect_info``): mesh name -> [data-parallel rank, collected or not]."""
+    ranks = getattr(worker, "_Worker__dispatch_dp_rank", {})
+    collect = getattr(worker, "_Worker__collect_dp_rank", {})
+    return {name: [ranks[name], bool(collect.get(name))] for name in ranks}
+
+
 def _instrument(phase, role, original):
     knob = "SLOW_UPDATES" if phase == "update" else "SLOW_PREP"
 
@@ -60,7 +77,7 @@ def _instrument(phase, role, original):
             return original(self, *args, **kwargs)
         start = time.time()
         base = {"phase": phase, "role": role, "method": original.__name__, "pid": os.getpid(), "start": start}
-        _log({**base, "placement_group": _placement_group()})
+        _log({**base, "placement_group": _placement_group(), "rows": _rows(args), "mesh": _mesh(self)})
         time.sleep(float(os.environ.get(f"{knob}_SLEEP_{role.upper()}", os.environ.get(f"{knob}_SLEEP", "0"))))
         if os.environ.get(f"{knob}_KILL") == role:
             os._exit(1)

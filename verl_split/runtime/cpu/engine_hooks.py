@@ -20,7 +20,9 @@ Each wrapper answers one verl function that assumes an accelerator, and steps as
   (one label, the value) with the attention the model config resolved.
 * ``wrap_get_attention_functions`` -- 0.7/0.8's ``verl/utils/attention_utils.py``, which imports
   ``flash_attn.bert_padding`` on any non-NPU host; on CPU the pure-torch un/padding helpers transformers ships
-  (``modeling_flash_attention_utils.py``, same signatures) and einops' ``rearrange``, as verl 0.9 falls back to.
+  (``modeling_flash_attention_utils.py``, same signatures), flash-attn's ``index_first_axis`` (rows of a
+  flattened tensor: transformers' function of that name flattens first, which broke verl 0.7's remove-padding
+  path) and einops' ``rearrange``, as verl 0.9 falls back to.
 * ``register_cpu_engines`` -- 0.8's ``EngineRegistry`` (``verl/workers/engine/base.py``) holds the FSDP engines
   for ``cuda`` and ``npu`` only and looks them up by ``get_device_name()``; the same classes are entered for
   ``cpu`` (verl 0.9 has the ``VERL_ENGINE_DEVICE`` knob for this, 0.8 has not). Nothing is wrapped.
@@ -112,9 +114,16 @@ def _rearrange(*args, **kwargs):
     return rearrange(*args, **kwargs)
 
 
+def _index_first_axis(tensor, indices):
+    # flash-attn's index_first_axis: rows of an already flattened (total, ...) tensor, as verl 0.7's remove-padding
+    # path calls it (verl/workers/actor/dp_actor.py `index_first_axis(rearrange(x, "b s ... -> (b s) ..."), i)`).
+    # transformers' _index_first_axis flattens (batch, seq) itself first: another contract.
+    return tensor[indices]
+
+
 @cpu_only
 def wrap_get_attention_functions(wrapped, instance, args, kwargs):
-    from transformers.modeling_flash_attention_utils import _index_first_axis, _pad_input, _unpad_input
+    from transformers.modeling_flash_attention_utils import _pad_input, _unpad_input
 
     return _index_first_axis, _pad_input, _rearrange, _unpad_input
 

@@ -114,6 +114,21 @@ SEAMS: tuple[Seam, ...] = (
         apply=_TRAINER + "register_replica_rollout",
     ),
     _cpu(
+        "cpu_ulysses_attention",
+        "transformers.modeling_utils",
+        compat.ANY,
+        (
+            "AttentionInterface",  # a GeneralInterface (transformers/utils/generic.py) with its entries
+            "transformers.utils.generic:GeneralInterface.register",
+            "transformers.utils.generic:GeneralInterface._global_mapping",
+            "verl.utils.ulysses:gather_seq_scatter_heads(x@0, seq_dim, head_dim)",
+            "verl.utils.ulysses:gather_heads_scatter_seq(x@0, head_dim, seq_dim)",
+            "verl.utils.ulysses:get_ulysses_sequence_parallel_world_size",
+            "verl.utils.ulysses:get_ulysses_sequence_parallel_group",
+        ),
+        apply="verl_split.runtime.cpu.ulysses:install",
+    ),
+    _cpu(
         "cpu_replay_poll",
         "verl.trainer.ppo.v1.replay_buffer",
         compat.V1_TRAINER,
