@@ -152,3 +152,35 @@ def test_the_installed_verls_default_critic_adds_no_parallel_size(verl_ppo_confi
         "actor_rollout_ref_pool": [4],
         "critic_pool": [4],
     }
+
+
+def _critic_sp_config(**keys: int) -> dict:
+    config: dict = {"trainer": {"nnodes": 1, "n_gpus_per_node": 4}, "algorithm": {"adv_estimator": "gae"}}
+    critic = config.setdefault("critic", {"fsdp": {}})
+    for key, value in keys.items():
+        if key == "fsdp":
+            critic["fsdp"]["ulysses_sequence_parallel_size"] = value
+        else:
+            critic["ulysses_sequence_parallel_size"] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    ("family", "keys", "size", "noted"),
+    [
+        ("0.9", {"fsdp": 2}, 2, False),  # the engine critic reads its engine block
+        ("0.9", {"role": 2}, 1, True),  # ... and never the deprecated role-level key: SP silently off
+        ("0.8", {"role": 2, "fsdp": 2}, 2, False),
+        ("0.7", {"role": 2}, 2, False),  # 0.7's legacy CriticWorker reads the role-level key
+    ],
+)
+def test_the_critics_ulysses_size_is_read_where_the_critic_reads_it(family, keys, size, noted):
+    from verl_split.placement.batch_config import ignored_ulysses_note
+
+    config = _critic_sp_config(**keys)
+    critic_sizes = [p.size for p in requirements_from_config(config, family).parallel if p.role == "critic"]
+    assert max(critic_sizes, default=1) == size
+    note = ignored_ulysses_note(config, family)
+    assert bool(note) == noted
+    if noted:
+        assert "critic.fsdp.ulysses_sequence_parallel_size=2" in note and "without sequence parallelism" in note

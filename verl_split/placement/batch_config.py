@@ -40,6 +40,52 @@ def installed_family() -> str | None:
         return None
 
 
+def rules_of(config: Any, family: str) -> str:
+    """Which of ``BATCH_RULES`` the run's workers follow: "v1", "v0" (engine workers) or "legacy"."""
+    from verl_split.placement.config_keys import select_key
+
+    if compat.family_in(family, compat.V1_TRAINER):
+        rules = "v0" if select_key(config, "trainer.use_v1", True) is False else "v1"
+    elif compat.family_in(family, compat.ENGINE_WORKERS):
+        rules = "v0"
+    else:
+        impl = str(select_key(config, "trainer.use_legacy_worker_impl", "auto"))
+        rules = "v0" if impl == "disable" else "legacy"
+    assert rules in BATCH_RULES
+    return rules
+
+
+def ulysses_keys(role: str, rules: str) -> tuple[str, ...]:
+    """The keys verl reads a role's Ulysses size from (the largest counts).
+
+    0.7's legacy workers read the role's own key (``verl/workers/fsdp_workers.py:178`` actor, ``:1315`` critic).
+    The engine workers read the engine block: the actor's config copies its role-level key there when above 1
+    (``verl/workers/config/actor.py`` ``FSDPActorConfig.__post_init__``), the critic's never does (0.8.0 and
+    0.9.1 ``verl/workers/config/critic.py`` ``FSDPCriticConfig``: the role-level key is "[DEPRECATED]" and only
+    validated), so there ``critic.ulysses_sequence_parallel_size`` alone leaves the critic without SP.
+    """
+    prefix = _ROLE_PREFIX[role]
+    if rules == "legacy":
+        return (f"{prefix}.ulysses_sequence_parallel_size",)
+    block = f"{prefix}.{_FSDP_BLOCKS[role][0]}.ulysses_sequence_parallel_size"
+    return (block,) if role == "critic" else (f"{prefix}.ulysses_sequence_parallel_size", block)
+
+
+def ignored_ulysses_note(config: Any, family: str) -> str | None:
+    """A note when the critic's role-level Ulysses key is set but the run's critic does not read it."""
+    from verl_split.placement.config_keys import select_key
+
+    rules = rules_of(config, family)
+    asked = _int(select_key(config, "critic.ulysses_sequence_parallel_size")) or 1
+    if rules == "legacy" or asked <= 1 or _ulysses(config, "critic", rules) == asked:
+        return None
+    (key,) = ulysses_keys("critic", rules)
+    return (
+        f"critic.ulysses_sequence_parallel_size={asked} is not read by verl {family}'s engine critic (its engine "
+        f"block is): the critic trains without sequence parallelism. Set {key}={asked} to have it."
+    )
+
+
 def batch_from_config(config: Any, family: str | None = None) -> BatchConfig | None:
     """The run's batch: None when the config has no train batch size (nothing to check)."""
     from verl_split.placement.config_keys import select_key
@@ -49,14 +95,7 @@ def batch_from_config(config: Any, family: str | None = None) -> BatchConfig | N
     family = family or installed_family() or FAMILIES[-1]
     if family not in FAMILIES:
         family = FAMILIES[-1] if family > FAMILIES[-1] else FAMILIES[0]
-    if compat.family_in(family, compat.V1_TRAINER):
-        rules = "v0" if select_key(config, "trainer.use_v1", True) is False else "v1"
-    elif compat.family_in(family, compat.ENGINE_WORKERS):
-        rules = "v0"
-    else:
-        impl = str(select_key(config, "trainer.use_legacy_worker_impl", "auto"))
-        rules = "v0" if impl == "disable" else "legacy"
-    assert rules in BATCH_RULES
+    rules = rules_of(config, family)
 
     values = tuple((key, _int(select_key(config, key))) for key in BATCH_KEYS)
     dynamic = set()
@@ -74,7 +113,7 @@ def batch_from_config(config: Any, family: str | None = None) -> BatchConfig | N
         if role == "ref" and not uses_ref:
             continue
         mesh = mesh_of(config, role, ModelShape())  # the model's shape sets no batch rule
-        divisors.append((role, mesh.model_size if mesh is not None else _ulysses(config, role)))
+        divisors.append((role, mesh.model_size if mesh is not None else _ulysses(config, role, rules)))
         if mesh is None:
             continue
         if rules == "legacy":
@@ -105,14 +144,11 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _ulysses(config: Any, role: str) -> int:
-    """What splits an FSDP role's pool besides data parallelism: its Ulysses size."""
+def _ulysses(config: Any, role: str, rules: str) -> int:
+    """What splits an FSDP role's pool besides data parallelism: its Ulysses size, as the run's workers read it."""
     from verl_split.placement.config_keys import select_key
 
-    prefix = _ROLE_PREFIX[role]
-    keys = [f"{prefix}.ulysses_sequence_parallel_size"]
-    keys += [f"{prefix}.{block}.ulysses_sequence_parallel_size" for block in _FSDP_BLOCKS[role]]
-    return max((_int(select_key(config, key)) or 1 for key in keys), default=1)
+    return max((_int(select_key(config, key)) or 1 for key in ulysses_keys(role, rules)), default=1)
 
 
 def _followers(config: Any) -> tuple[tuple[str, str], ...]:

@@ -44,7 +44,7 @@ def requirements_from_config(config: Any, family: str | None = None) -> Requirem
 
     ``family``: whose batch rules apply ("0.7", "0.8", "0.9"); None reads the installed verl's.
     """
-    from verl_split.placement.batch_config import FAMILIES, batch_from_config, installed_family
+    from verl_split.placement.batch_config import FAMILIES, batch_from_config, installed_family, rules_of, ulysses_keys
 
     # The critic rule of verl/trainer/ppo/utils.py need_critic, restated so that this module
     # imports no verl: critic.enable decides when set, else the advantage estimator is GAE.
@@ -68,6 +68,8 @@ def requirements_from_config(config: Any, family: str | None = None) -> Requirem
     parallel.append(
         ParallelSize("rollout", replica, f"{rollout}.tensor_model_parallel_size x data x pipeline", within_node=True)
     )
+    known = family or installed_family() or FAMILIES[-1]
+    rules = rules_of(config, known if known in FAMILIES else FAMILIES[-1] if known > FAMILIES[-1] else FAMILIES[0])
     for role, prefix in (
         ("actor", "actor_rollout_ref.actor"),
         ("ref", "actor_rollout_ref.ref"),
@@ -75,9 +77,7 @@ def requirements_from_config(config: Any, family: str | None = None) -> Requirem
     ):
         if role == "critic" and not critic:
             continue
-        keys = [f"{prefix}.ulysses_sequence_parallel_size"]
-        for block in _FSDP_BLOCKS[role]:
-            keys += [f"{prefix}.{block}.ulysses_sequence_parallel_size", f"{prefix}.{block}.fsdp_size"]
+        keys = [*ulysses_keys(role, rules), *(f"{prefix}.{block}.fsdp_size" for block in _FSDP_BLOCKS[role])]
         parallel.extend(ParallelSize(role, _size(config, key), key) for key in keys)
         if str(select_key(config, f"{prefix}.strategy", "")) == "megatron":
             mega = f"{prefix}.megatron"
@@ -264,13 +264,16 @@ def plan_from_config(
     shared = shared_rollout_from_config(config, shared_rollout)
     if shared:
         check_shared_rollout_run(config)
+    from verl_split.placement.batch_config import ignored_ulysses_note
+
+    requirements = requirements_from_config(config)
     plan = plan_placement(
-        placement_from_config(config, env_value),
-        cluster_from_config(config),
-        requirements_from_config(config),
-        shared_rollout=shared,
+        placement_from_config(config, env_value), cluster_from_config(config), requirements, shared_rollout=shared
     )
     plan = dataclasses.replace(plan, ready_timeout_s=ready_timeout_from_config(config))
+    note = ignored_ulysses_note(config, requirements.family)
+    if note:
+        plan = dataclasses.replace(plan, notes=(*plan.notes, note))
     if shared:
         plan = memory.with_memory_estimate(plan, config, gpu_gb if gpu_gb is not None else memory.detect_gpu_gb(), None)
     return plan
