@@ -20,7 +20,6 @@ if not compat.verl_in(compat.SHARED_ROLLOUT):
 
 from verl_split.runtime.shared_rollout import both_pools  # noqa: E402
 from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager, SharedRolloutError  # noqa: E402
-from verl_split.runtime.shared_rollout.coordinator import CountingLoadBalancer  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -61,15 +60,22 @@ class FakeManager:
 
 
 class FakeBalancer:
-    """The counting balancer's ``take_routed`` as a Ray handle offers it (``.remote()``)."""
+    """The balancer actor as a Ray handle offers it (``method.remote()``): ``take_step`` hands out ``routed``
+    and ``step``; the gating calls go to the shared journal."""
 
-    def __init__(self, routed: dict[str, int]) -> None:
-        self.routed = routed
-        self.take_routed = SimpleNamespace(remote=self._take)
+    def __init__(self, routed: dict[str, int], journal: list) -> None:
+        self.routed, self.journal, self.step = routed, journal, {}
+        self.take_step = SimpleNamespace(remote=self._take)
+        for method in ("gate", "open", "ungate"):
+            setattr(self, method, SimpleNamespace(remote=self._record(method)))
+
+    def _record(self, method):
+        return lambda *args, **kwargs: self.journal.append(("balancer", method, *args, *kwargs.values()))
 
     def _take(self):
         routed, self.routed = self.routed, {}
-        return routed
+        step, self.step = self.step, {}
+        return {"routed": routed, **step}
 
 
 def replica(rank: int, address: str):
@@ -84,7 +90,7 @@ def both(monkeypatch):
     trainer = SimpleNamespace()
     hybrid = FakeManager("hybrid", journal, [replica(0, "cpu-rollout-0")])
     shared = FakeManager("shared", journal, [replica(1, "cpu-rollout-1")])
-    balancer = FakeBalancer({"cpu-rollout-0": 6, "cpu-rollout-1": 2})
+    balancer = FakeBalancer({"cpu-rollout-0": 6, "cpu-rollout-1": 2}, journal)
     return SimpleNamespace(
         trainer=trainer,
         journal=journal,
@@ -99,28 +105,31 @@ def test_the_push_wakes_then_fills_the_critic_pool_replicas_before_the_stock_syn
     assert both.journal == [
         ("shared", "wake_up_replicas"),
         ("shared", "update_weights", 3),
+        ("balancer", "ungate"),  # every server open, no cap: verl's own routing
         ("hybrid", "update_weights", 3),
     ]
     assert both.trainer._pending_sync_metrics[both_pools.SYNC_METRIC] >= 0.0  # recorded; its size is not tested
 
 
 def test_after_generation_both_sleep_and_the_share_is_the_critic_pool_s_requests(both):
+    both.manager.update_weights(1)
+    both.journal.clear()
     both.manager.sleep_replicas()
     assert both.journal == [("hybrid", "sleep_replicas"), ("shared", "sleep_replicas")]
-    assert both.trainer._pending_sync_metrics == {both_pools.SHARE_METRIC: 2 / 8}
-    both.manager.sleep_replicas()  # nothing routed since: no share, the last one stays pending
-    assert both.trainer._pending_sync_metrics == {both_pools.SHARE_METRIC: 2 / 8}
+    pending = both.trainer._pending_sync_metrics
+    assert pending[both_pools.SHARE_METRIC] == 2 / 8 and pending["split/critic_pool_joined"] == 1.0
+    both.manager.sleep_replicas()  # asleep already, nothing routed since: nothing slept twice, nothing new
+    assert both.journal == [("hybrid", "sleep_replicas"), ("shared", "sleep_replicas"), ("hybrid", "sleep_replicas")]
+    assert both.trainer._pending_sync_metrics[both_pools.SHARE_METRIC] == 2 / 8
 
 
 def test_the_metrics_join_what_verl_already_has_pending(both):
     both.trainer._pending_sync_metrics = {"delta/changed_ratio": 0.5}
     both.manager.sleep_replicas()
     both.manager.update_weights(1)
-    assert set(both.trainer._pending_sync_metrics) == {
-        "delta/changed_ratio",
-        both_pools.SHARE_METRIC,
-        both_pools.SYNC_METRIC,
-    }
+    assert {"delta/changed_ratio", both_pools.SHARE_METRIC, both_pools.SYNC_METRIC} <= set(
+        both.trainer._pending_sync_metrics
+    )
 
 
 def test_every_other_call_reaches_both_managers(both):
@@ -151,6 +160,7 @@ def test_a_failing_critic_pool_replica_stops_the_run_naming_it(both, failing):
     both.shared.fail = failing
     with pytest.raises(SharedRolloutError, match=r"critic pool's rollout replicas: replica\(s\) \[1\] died") as err:
         if failing == "sleep_replicas":
+            both.manager.wake_up_replicas()
             both.manager.sleep_replicas()
         else:
             both.manager.update_weights(2)
@@ -162,6 +172,7 @@ def test_a_validation_s_requests_do_not_count_in_the_next_step(both):
     both.balancer.routed = {"cpu-rollout-1": 5}
     assert both.manager.take_routed() == {"cpu-rollout-1": 5}  # what the _validate seam drops
     both.balancer.routed = {"cpu-rollout-0": 1, "cpu-rollout-1": 1}
+    both.manager.update_weights(1)
     both.manager.sleep_replicas()
     assert both.trainer._pending_sync_metrics[both_pools.SHARE_METRIC] == 0.5
 
@@ -171,20 +182,6 @@ def test_under_a_custom_router_the_share_is_not_measured(both):
     manager.sleep_replicas()
     assert manager.take_routed() == {}
     assert both_pools.SHARE_METRIC not in (getattr(both.trainer, "_pending_sync_metrics", None) or {})
-
-
-def test_the_counting_balancer_counts_each_routed_request_once():
-    balancer = CountingLoadBalancer(servers={"a": "handle-a", "b": "handle-b"})
-    picked = [balancer.acquire_server(request_id=f"r{i}")[0] for i in range(10)]
-    for server in picked:
-        balancer.release_server(server)
-    routed = balancer.take_routed()
-    assert sum(routed.values()) == 10 and set(routed) <= {"a", "b"}
-    assert routed == {s: picked.count(s) for s in set(picked)}
-    assert balancer.take_routed() == {}
-    # A sticky request (a later turn of the same conversation) is routed, so counted, again.
-    server, _ = balancer.acquire_server(request_id="r0")
-    assert server == picked[0] and balancer.take_routed() == {server: 1}
 
 
 # --------------------------------------------------------------------------- dead replicas, probed at once

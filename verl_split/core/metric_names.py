@@ -42,9 +42,12 @@ CRITIC_POOL_BUSY_SHARE = "split/critic_pool_busy_share"
 ACTOR_POOL_GPUS = "split/actor_pool_gpus"
 CRITIC_POOL_GPUS = "split/critic_pool_gpus"
 
-# Shared rollout (runtime/shared_rollout/coordinator.py).
+# Shared rollout (runtime/shared_rollout/both_pools.py).
 CRITIC_POOL_ROLLOUT_SHARE = "split/critic_pool_rollout_share"
 SHARED_ROLLOUT_SYNC_S = "split/shared_rollout_sync_s"
+CRITIC_POOL_JOINED = "split/critic_pool_joined"
+CRITIC_POOL_JOIN_S = "split/critic_pool_join_s"
+SHARED_ROLLOUT_SAVED_S = "split/shared_rollout_saved_s"
 
 
 def pool_gpus(role: str) -> str:

@@ -91,6 +91,14 @@ def current() -> _Deferred | None:
     return _current
 
 
+def running_update() -> concurrent.futures.Future | None:
+    """The stock call of a deferred critic update still running (done when its workers are), if any."""
+    deferred = _current
+    if deferred is None or deferred.done or deferred.result.done():
+        return None
+    return deferred.result
+
+
 # -- step k: dispatch, and go on ------------------------------------------------------------
 def launch(step: Any, stock_update_critic: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """Run the stock ``_update_critic`` on a controller thread; return once its request is out."""

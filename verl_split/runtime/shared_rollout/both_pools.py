@@ -2,9 +2,11 @@
 
 ``coordinator.attach`` puts a :class:`BothPoolsCheckpointManager` where the trainer keeps verl's manager.
 Each push wakes the critic pool's replicas first (verl's colocated replicas sleep at level 1 and a wake-up
-restores the weights they had, so the new weights must come after it), joins a critic update still
-running on from the step (``runtime/overlap/deferral.py``: the two never share the critic's GPUs), then
-runs verl's own sync for the hybrid replicas. A replica that fails stops the run, named.
+restores the weights they had, so the new weights must come after it), then runs verl's own sync for the
+hybrid replicas. The critic pool's replicas never wake beside a critic update: with the deferred critic
+update still running at the sync (``runtime/overlap/deferral.py``), the actor pool starts generating at
+once and the critic pool joins when the update is done (``late_join.py``). A replica that fails stops the
+run, named.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ import ray
 
 from verl_split.core import metric_names as names
 from verl_split.core.errors import VerlSplitError
+from verl_split.runtime.shared_rollout.balancer import caps_for_late_join
+from verl_split.runtime.shared_rollout.late_join import LateJoin
 
 SHARE_METRIC = names.CRITIC_POOL_ROLLOUT_SHARE
 SYNC_METRIC = names.SHARED_ROLLOUT_SYNC_S
+#: The least of an even share the actor-pool servers leave queued for a late critic pool: a step where
+#: the critic pool came too late to take anything still leaves it a quarter of its share to find out.
+MIN_REACH = 0.25
+
 
 
 class SharedRolloutError(VerlSplitError):
@@ -34,12 +42,21 @@ class BothPoolsCheckpointManager:
     Every call the trainer makes goes to both; anything else reads from ``hybrid``.
     """
 
-    def __init__(self, trainer: Any, hybrid: Any, shared: Any, balancer: Any | None) -> None:
+    def __init__(
+        self, trainer: Any, hybrid: Any, shared: Any, balancer: Any | None, requests_per_step: int = 0
+    ) -> None:
         self._trainer = trainer
         self.hybrid = hybrid
         self.shared = shared
         self._balancer = balancer
         self._shared_servers = {r.server_address for r in shared.replicas}
+        self._hybrid_servers = [r.server_address for r in hybrid.replicas]
+        #: Requests of a step's generation (train batch x rollout.n): what the late join's caps divide.
+        self._requests = requests_per_step
+        #: How much of an even share the critic pool took in the last late-joined step (caps_for_late_join).
+        self._reach = 1.0
+        self._late: LateJoin | None = None
+        self._shared_awake = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.hybrid, name)
@@ -58,47 +75,104 @@ class BothPoolsCheckpointManager:
         try:
             return call(*args, **kwargs)
         except Exception as exc:
-            dead = dead_replicas(self.shared.replicas)
-            which = f"replica(s) {dead} died" if dead else "a replica failed"
-            raise SharedRolloutError(
-                f"shared rollout: {what} on the critic pool's rollout replicas: {which} "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). verl has no health checks "
-                "for rollout servers, so the run stops here instead of routing requests to a dead one. Look for the "
-                "replica's own error above (e.g. out of memory beside the critic), then resume from the last "
-                "checkpoint, with shared rollout off if it recurs."
-            ) from exc
+            raise self._failure(what, exc) from exc
+
+    def _failure(self, what: str, exc: BaseException) -> SharedRolloutError:
+        if isinstance(exc, SharedRolloutError):  # named already (a late join's, raised again on the trainer's thread)
+            return exc
+        dead = dead_replicas(self.shared.replicas)
+        which = f"replica(s) {dead} died" if dead else "a replica failed"
+        return SharedRolloutError(
+            f"shared rollout: {what} on the critic pool's rollout replicas: {which} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). verl has no health checks "
+            "for rollout servers, so the run stops here instead of routing requests to a dead one. Look for the "
+            "replica's own error above (e.g. out of memory beside the critic), then resume from the last "
+            "checkpoint, with shared rollout off if it recurs."
+        )
 
     def update_weights(self, global_steps: int | None = None) -> Any:
         from verl_split.runtime.overlap import deferral
 
+        critic_update = deferral.running_update()
+        if critic_update is not None and self._balancer is not None and self._requests > 0:
+            return self._sync_then_join_late(critic_update, global_steps)
         # The critic pool's replicas wake beside the critic: a critic update still running on from the
         # step (VERL_SPLIT_OVERLAP defer_critic) finishes first, so the two never share its GPUs.
         deferral.join("the weight push to the critic pool's rollout replicas")
         started = time.perf_counter()
-        # Wake first: verl's colocated replicas sleep at level 1 and a wake-up restores the weights they had
-        # (verl/workers/rollout/vllm_rollout/vllm_async_server.py sleep/wake_up), so the new weights must come
-        # after it. Nothing else wakes them: verl's naive sync wakes only the hybrid replicas, in the actor.
-        self._on_shared("waking up for the weight push", self.shared.wake_up_replicas)
-        self._on_shared(f"pushing the actor's weights of step {global_steps}", self.shared.update_weights, global_steps)
+        self._wake_and_push(global_steps)
+        if self._balancer is not None:
+            ray.get(self._balancer.ungate.remote())
         self._pending({SYNC_METRIC: time.perf_counter() - started})
         return self.hybrid.update_weights(global_steps)
 
+    def _wake_and_push(self, global_steps: int | None) -> None:
+        # Wake first: verl's colocated replicas sleep at level 1 and a wake-up restores the weights they had
+        # (verl/workers/rollout/vllm_rollout/vllm_async_server.py sleep/wake_up), so the new weights must come
+        # after it. Nothing else wakes them: verl's naive sync wakes only the hybrid replicas, in the actor.
+        self._shared_awake = True
+        self._on_shared("waking up for the weight push", self.shared.wake_up_replicas)
+        self._on_shared(f"pushing the actor's weights of step {global_steps}", self.shared.update_weights, global_steps)
+
+    def _sync_then_join_late(self, critic_update: Any, global_steps: int | None) -> Any:
+        """The actor pool generates at once; the critic pool joins when the critic's update is done."""
+        shared = sorted(self._shared_servers)
+        caps = caps_for_late_join(self._requests, self._hybrid_servers, shared, self._reach)
+        ray.get(self._balancer.gate.remote(parked=shared, caps=caps))
+
+        def join() -> None:
+            self._wake_and_push(global_steps)
+            ray.get(self._balancer.open.remote(shared))
+
+        result = self.hybrid.update_weights(global_steps)
+        self._late = LateJoin(critic_update, join, global_steps)
+        self._late.start()
+        return result
+
+    def take_step(self) -> dict[str, Any]:
+        """The balancer's account of the step (empty under a custom router): ``balancer.take_step``."""
+        return ray.get(self._balancer.take_step.remote()) if self._balancer is not None else {}
+
     def take_routed(self) -> dict[str, int]:
         """Requests routed per server since the last call (empty under a custom router)."""
-        return ray.get(self._balancer.take_routed.remote()) if self._balancer is not None else {}
+        return self.take_step().get("routed", {})
 
     def sleep_replicas(self) -> None:
+        late, self._late = self._late, None
+        try:
+            joined = late.finish() if late is not None else self._shared_awake
+        except Exception as exc:
+            raise self._failure(f"joining step {late.global_steps}'s generation late", exc) from exc
         self.hybrid.sleep_replicas()
-        # After generation (PPOTrainerSync.on_sample_end): a replica that died while generating shows here.
-        self._on_shared("putting to sleep after generation", self.shared.sleep_replicas)
-        routed = self.take_routed()
+        if self._shared_awake:  # after generation (PPOTrainerSync.on_sample_end): a replica that died shows here
+            self._on_shared("putting to sleep after generation", self.shared.sleep_replicas)
+            self._shared_awake = False
+        self._pending(self._step_metrics(self.take_step(), late, joined))
+
+    def _step_metrics(self, step: dict[str, Any], late: LateJoin | None, joined: bool) -> dict[str, float]:
+        routed = step.get("routed", {})
         total = sum(routed.values())
-        if total:
-            on_critic_pool = sum(n for server, n in routed.items() if server in self._shared_servers)
-            self._pending({SHARE_METRIC: on_critic_pool / total})
+        if not total:
+            return {}
+        on_critic_pool = sum(n for server, n in routed.items() if server in self._shared_servers)
+        metrics = {SHARE_METRIC: on_critic_pool / total, names.CRITIC_POOL_JOINED: float(joined)}
+        generation_s = step.get("generation_s")
+        if joined and step.get("opened_after_s") is not None:
+            metrics[names.CRITIC_POOL_JOIN_S] = step["opened_after_s"]
+        if generation_s and total > on_critic_pool:
+            # What the actor pool alone would have needed for the critic pool's requests too, at the rate it
+            # kept (an estimate: exact for the CPU rollout's one-at-a-time servers, rough for batching ones).
+            metrics[names.SHARED_ROLLOUT_SAVED_S] = generation_s * on_critic_pool / (total - on_critic_pool)
+        if late is not None:
+            if late.push_s is not None:
+                metrics[SYNC_METRIC] = late.push_s
+            even = len(self._shared_servers) / max(len(self._shared_servers) + len(self._hybrid_servers), 1)
+            self._reach = min(1.0, max(MIN_REACH, (on_critic_pool / total) / even))
+        return metrics
 
     def wake_up_replicas(self) -> None:
         self.hybrid.wake_up_replicas()
+        self._shared_awake = True
         self._on_shared("waking up", self.shared.wake_up_replicas)
 
     def abort_replicas(self, *args: Any, **kwargs: Any) -> None:

@@ -13,13 +13,15 @@ through generation, usually the longest phase (verl issue 977). With shared roll
    least in-flight requests first, so replicas of different speeds balance themselves; in
    ``verl/workers/rollout/llm_server.py`` on 0.9.0 and main, moved to ``router.py`` in 0.9.1, which
    re-exports it from ``llm_server``). verl-split starts the balancer
-   again with every server in it, as a subclass that counts where requests go; a custom
-   router (``router_config_path``) keeps its own balancer and gets the servers with
-   ``add_servers``, and then the share metric is not measured.
+   again with every server in it, as a subclass that counts where requests go and can hold
+   the critic pool's servers back for a late join (``balancer.py``); a custom router
+   (``router_config_path``) keeps its own balancer and gets the servers with ``add_servers``,
+   and then the share metric is not measured and the critic pool joins at the weight sync.
 3. The actor's weights on those replicas after every actor update: a second verl
    ``CheckpointEngineManager`` for them, beside verl's ``naive`` one for the hybrid replicas,
    behind ``both_pools.BothPoolsCheckpointManager``, which the trainer uses as its
-   ``checkpoint_manager``. The push runs first (on GPUs the hybrid replicas still sleep
+   ``checkpoint_manager``. With the deferred critic update running at the sync, the critic pool joins
+   the step's generation when that update ends (``late_join.py``). The push runs first (on GPUs the hybrid replicas still sleep
    then, leaving the actor's memory to the transfer buffers), into replicas woken just before
    it; after generation they sleep with the hybrid ones. Its engine is the config's
    ``checkpoint_engine.backend``: ``nccl`` on GPUs when left ``naive``, verl-split's object-store
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from typing import Any
 
 import ray
@@ -51,6 +52,7 @@ from verl.utils.ray_utils import auto_await
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
 from verl_split.runtime.placement.nodes import announce
+from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
 from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager
 
 #: The weight-transfer engine for replicas on other GPUs when the config leaves verl's ``naive``.
@@ -92,24 +94,6 @@ def configure_weight_transfer(config: Any) -> str:
 # ----------------------------------------------------------------------------- routing
 
 
-class CountingLoadBalancer(GlobalRequestLoadBalancer):
-    """verl's default load balancer, counting the requests it routes to each server."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._routed: Counter[str] = Counter()
-
-    def acquire_server(self, request_id: str) -> tuple[str, Any]:
-        server_id, handle = super().acquire_server(request_id)
-        self._routed[server_id] += 1
-        return server_id, handle
-
-    def take_routed(self) -> dict[str, int]:
-        """Requests routed per server since the last call."""
-        routed, self._routed = dict(self._routed), Counter()
-        return routed
-
-
 def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
     """Put ``replicas``' servers beside the hybrid ones; return the counting balancer, if ours."""
     added = {r.server_address: r.server_handle for r in replicas}
@@ -118,9 +102,10 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
         servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True)) | added
         # max_cache_size left to the class's default, DEFAULT_ROUTING_CACHE_SIZE (router.py on 0.9.1,
         # llm_server.py on 0.9.0): the value verl passes.
-        balancer = ray.remote(CountingLoadBalancer).remote(
-            servers=servers,
-            full_determinism=bool(getattr(rollout, "full_determinism", False)),
+        balancer = (
+            ray.remote(SharedRolloutBalancer)
+            .options(max_concurrency=MAX_CONCURRENCY)
+            .remote(servers=servers, full_determinism=bool(getattr(rollout, "full_determinism", False)))
         )
         previous, manager.global_load_balancer = manager.global_load_balancer, balancer
         ray.kill(previous)  # nothing holds it yet: verl hands out clients after the trainer's init
@@ -159,6 +144,22 @@ async def _launch(manager: Any, pools: list[Any], first_rank: int, gpus_per_node
     return replicas
 
 
+def late_join_requests(config: Any) -> int:
+    """A step's requests (prompts x ``rollout.n``), which the late join's caps divide; 0: no late join.
+
+    Under verl's ``full_determinism`` the balancer routes each request by a hash of its id, so that the same
+    request lands on the same replica in every run (``router.py`` ``GlobalRequestLoadBalancer``): holding
+    requests back for a critic pool that joins late would break that, so there the critic pool joins at the
+    weight sync, after the critic's update, as without the deferral.
+    """
+    rollout = config.actor_rollout_ref.rollout
+    if bool(getattr(rollout, "full_determinism", False)):
+        announce("shared rollout: full_determinism routes by request id; the critic pool joins at the weight sync")
+        return 0
+    prompts = config.data.get("gen_batch_size", None) or config.data.train_batch_size
+    return int(prompts) * int(rollout.n)
+
+
 def attach(trainer: Any, backend: str) -> None:
     """After verl's ``_setup``: start the critic pool's replicas and wire them into the step."""
     from verl.checkpoint_engine.base import CheckpointEngineManager
@@ -178,7 +179,10 @@ def attach(trainer: Any, backend: str) -> None:
 
     engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
     shared = CheckpointEngineManager(config=engine_config, actor_wg=trainer.actor_rollout_wg, replicas=replicas)
-    trainer.checkpoint_manager = BothPoolsCheckpointManager(trainer, trainer.checkpoint_manager, shared, balancer)
+    requests = late_join_requests(trainer.config) if balancer is not None else 0
+    trainer.checkpoint_manager = BothPoolsCheckpointManager(
+        trainer, trainer.checkpoint_manager, shared, balancer, requests_per_step=requests
+    )
     shared.sleep_replicas()
     ranks = [r.replica_rank for r in replicas]
     announce(

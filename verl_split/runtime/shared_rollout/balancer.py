@@ -1,0 +1,155 @@
+"""Shared rollout's load balancer: verl's, counting where requests go and able to hold the critic pool back.
+
+Every request of a step goes through one balancer actor (verl's ``GlobalRequestLoadBalancer``: sticky
+sessions, least in-flight requests first). verl-split starts it again with both pools' servers in it
+(``coordinator.py``), as this subclass, which adds two things:
+
+* **Counting**: requests routed per server since the last ``take_step`` (``split/critic_pool_rollout_share``),
+  and the step's timing as the balancer saw it (first request, last release, when the critic pool opened).
+* **Gating**, for a critic pool that joins generation late (``late_join.py``): its servers can be *parked*
+  (routed nothing) and each open server can be given a *cap* of requests in flight. A request that finds
+  no open server under its cap waits here, in the balancer, until a release frees a slot or the critic
+  pool opens; then it goes to the least loaded open server with room. So the requests a late critic pool
+  takes are the ones still queued when it opens, and none is ever routed to weights of another step.
+  Without gating (every server open, no cap) routing is verl's own, request for request.
+
+The acquire waits, so the actor runs as a Ray async actor (``acquire_server`` / ``release_server`` are
+coroutines; verl's clients await the first and send the second without waiting,
+``verl/workers/rollout/llm_server.py`` ``LLMServerClient``), with room for every waiting request
+(``MAX_CONCURRENCY``): a release must never queue behind the acquires it would free. Times are the
+balancer's own clock (``time.monotonic``), reported as durations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections import Counter
+from typing import Any
+
+# verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
+# (llm_server.py:36); 0.9.0 and main@1dda039 define it here (llm_server.py:46). Both keep its state in
+# _servers, _inflight_requests and _request_id_to_server (read below).
+from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
+
+#: Concurrent calls the balancer actor takes: every request of a step may wait in acquire at once.
+MAX_CONCURRENCY = 100_000
+
+
+class SharedRolloutBalancer(GlobalRequestLoadBalancer):
+    """verl's default load balancer with per-server counts, parked servers and caps (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._routed: Counter[str] = Counter()
+        self._parked: set[str] = set()
+        self._caps: dict[str, int] = {}
+        self._slot: asyncio.Condition | None = None  # made on the actor's event loop, at first use
+        self._step_started = time.monotonic()
+        self._first_acquire: float | None = None
+        self._last_release: float | None = None
+        self._opened_after: float | None = None
+
+    # -- what the trainer's side sets, once per step ------------------------------------------------
+    def gate(self, parked: list[str], caps: dict[str, int]) -> None:
+        """From now on route nothing to ``parked`` and at most ``caps[server]`` requests at once to each server."""
+        self._parked, self._caps = set(parked), dict(caps)
+        self._step_started = time.monotonic()
+        self._opened_after = None
+
+    async def open(self, servers: list[str]) -> None:
+        """Unpark ``servers``: queued requests may go there now."""
+        self._parked -= set(servers)
+        if self._opened_after is None:  # opened before the step's first request: there from the start
+            self._opened_after = 0.0 if self._first_acquire is None else time.monotonic() - self._first_acquire
+        await self._notify()
+
+    async def ungate(self) -> None:
+        """Every server open, no cap: verl's own routing again."""
+        self._parked, self._caps = set(), {}
+        await self._notify()
+
+    def take_step(self) -> dict[str, Any]:
+        """What happened since the last call: requests per server, and the step's timing in seconds."""
+        routed, self._routed = dict(self._routed), Counter()
+        wall = None
+        if self._first_acquire is not None and self._last_release is not None:
+            wall = max(self._last_release - self._first_acquire, 0.0)
+        step = {"routed": routed, "generation_s": wall, "opened_after_s": self._opened_after}
+        self._first_acquire = self._last_release = self._opened_after = None
+        return step
+
+    def take_routed(self) -> dict[str, int]:
+        """Requests routed per server since the last call."""
+        return self.take_step()["routed"]
+
+    # -- verl's clients ------------------------------------------------------------------------
+    async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
+        if not self._parked and not self._caps:
+            server_id, handle = super().acquire_server(request_id)
+        else:
+            slot = self._condition()
+            async with slot:
+                while (chosen := self._choose(request_id)) is None:
+                    await slot.wait()
+            server_id, handle = chosen
+        if self._first_acquire is None:
+            self._first_acquire = time.monotonic()
+        self._routed[server_id] += 1
+        return server_id, handle
+
+    async def release_server(self, server_id: str, **extra: Any) -> None:
+        # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
+        GlobalRequestLoadBalancer.release_server(self, server_id)
+        self._last_release = time.monotonic()
+        if self._parked or self._caps:
+            await self._notify()
+
+    # -- gated routing -------------------------------------------------------------------------
+    def _condition(self) -> asyncio.Condition:
+        if self._slot is None:
+            self._slot = asyncio.Condition()
+        return self._slot
+
+    async def _notify(self) -> None:
+        slot = self._condition()
+        async with slot:
+            slot.notify_all()
+
+    def _room(self, server_id: str) -> bool:
+        cap = self._caps.get(server_id)
+        return server_id not in self._parked and (cap is None or self._inflight_requests[server_id] < cap)
+
+    def _choose(self, request_id: str) -> tuple[str, Any] | None:
+        """verl's sticky + least-loaded choice among the open servers with room; None: wait."""
+        sticky = self._request_id_to_server.get(request_id)
+        # A conversation's next turn stays on its server even past the cap (its prefix is cached there).
+        if sticky in self._inflight_requests and sticky not in self._parked:
+            self._inflight_requests[sticky] += 1
+            return sticky, self._servers[sticky]
+        open_servers = [sid for sid in self._inflight_requests if self._room(sid)]
+        if not open_servers:
+            if not self._inflight_requests:
+                raise RuntimeError("No available servers in load balancer")
+            return None
+        least = min(self._inflight_requests[sid] for sid in open_servers)
+        server_id = random.choice([sid for sid in open_servers if self._inflight_requests[sid] == least])
+        self._request_id_to_server[request_id] = server_id
+        self._inflight_requests[server_id] += 1
+        return server_id, self._servers[server_id]
+
+
+def caps_for_late_join(requests: int, hybrid: list[str], shared: list[str], reach: float) -> dict[str, int]:
+    """In-flight caps for a step whose critic pool joins late.
+
+    Each actor-pool server takes ``ceil(requests / (H + reach * C))`` at once and refills as its requests end;
+    ``reach`` (0 to 1) is how much of an even share the critic pool took in the last step (1 at first: each
+    actor-pool server then runs as many requests at once as under shared rollout without the deferral, never
+    fewer). The critic pool's servers, once open, take up to an even share each.
+    """
+    h, c = len(hybrid), len(shared)
+    hybrid_cap = max(1, math.ceil(requests / max(h + reach * c, 1e-9)))
+    shared_cap = max(1, math.ceil(requests / max(h + c, 1)))
+    return {**dict.fromkeys(hybrid, hybrid_cap), **dict.fromkeys(shared, shared_cap)}
