@@ -6,10 +6,13 @@ import pytest
 from families import FAMILY
 from pyrun import run_json, run_python
 
+from verl_split import seam_catalogue
 from verl_split.core import compat
 from verl_split.plugin import activation
 
 pytestmark = pytest.mark.subprocess
+
+seam_catalogue.install()  # the registry's catalogue in this process, as the bootstrap installs it in a run
 
 #: verl 0.9+ imports the ``verl.plugins`` entry point (the bootstrap) in every process; 0.7/0.8
 #: import nothing of verl-split unless a VERL_SPLIT* variable is set (verl_split_activate.pth).
@@ -28,7 +31,7 @@ UNSET_MODULES = BOOTSTRAP_ONLY if ENTRY_POINTS else []
 FINGERPRINT = """
 import importlib, inspect, json, re, sys
 from verl_split.core import compat
-from verl_split.plugin.activation import SEAMS
+from verl_split.seam_catalogue import SEAMS
 FINGERPRINT_MODULES = sorted(m for m in sys.modules if m.startswith("verl_split"))  # what this snippet imports
 
 def fingerprint():
@@ -119,7 +122,8 @@ print(json.dumps({"fp": fp, "modules": mods, "fingerprint": FINGERPRINT_MODULES}
 """
     )
     assert result["fp"] == stock
-    # FINGERPRINT itself imports verl_split.plugin.activation; everything else must be the stdlib bootstrap.
+    # FINGERPRINT itself imports verl_split.seam_catalogue (the registry, every seam table); everything else must
+    # be the stdlib bootstrap.
     assert set(result["modules"]) - set(result["fingerprint"]) <= set(BOOTSTRAP_ONLY)
     assert "verl_split._startup" not in result["modules"]
 
@@ -169,9 +173,10 @@ def test_patch_after_import_double_activation_and_unpatch(stock):
         + """
 import verl
 before = fingerprint()
+from verl_split import seam_catalogue
 from verl_split.plugin import activation
-activation.activate()
-activation.activate()                      # a second activation must wrap nothing twice
+seam_catalogue.activate()
+seam_catalogue.activate()                  # a second activation must wrap nothing twice
 import importlib, verl_split._bootstrap
 importlib.reload(verl_split._bootstrap)    # nor may a second run of the entry point
 after = fingerprint()
@@ -188,7 +193,7 @@ applied = activation.applied_patches()
 activation.deactivate()
 restored = without_ids(fingerprint())
 same_objects = all(fingerprint()[k][3] == before[k][3] for k in before)
-activation.activate()                      # and it can be switched on again
+seam_catalogue.activate()                  # and it can be switched on again
 again = sorted(k for k, v in fingerprint().items() if v != before[k])
 print(json.dumps({"changed": changed, "depth": depth, "applied": applied, "restored": restored,
                   "same_objects": same_objects, "again": again}))
@@ -240,3 +245,32 @@ def test_unsupported_verl_stops_with_versions_named(fake_old_verl):
 def test_unsupported_verl_without_verl_split_runs_stock(fake_old_verl):
     proc = run_python("import verl; print('ok')", env={"PYTHONPATH": fake_old_verl})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok"
+
+
+def test_the_registry_without_a_catalogue_is_a_clear_error():
+    # plugin/activation never imports the seam tables (issue 28): whoever uses it first installs them.
+    result = run_json(
+        """
+import json
+from verl_split.plugin import activation
+errors = []
+for use in (activation.activate, activation.run_preflight, lambda: activation.require("shared_rollout")):
+    try:
+        use()
+    except RuntimeError as exc:
+        errors.append(str(exc))
+print(json.dumps({"errors": errors, "active": activation.is_active()}))
+""",
+        env={"VERL_SPLIT": "0"},
+    )
+    assert len(result["errors"]) == 3 and not result["active"]
+    assert all("verl_split.seam_catalogue.activate()" in error for error in result["errors"])
+
+
+def test_a_catalogue_installs_once_and_needs_unique_names():
+    seam_catalogue.install()
+    seam_catalogue.install()  # the same seams again: nothing changes
+    assert activation.catalogue() is seam_catalogue.SEAMS
+    with pytest.raises(ValueError, match="unique"):
+        activation.install([seam_catalogue.SEAMS[0], seam_catalogue.SEAMS[0]])
+    assert activation.catalogue() is seam_catalogue.SEAMS

@@ -13,9 +13,12 @@ import pytest
 from families import FAMILY
 from pyrun import run_json
 
+from verl_split import seam_catalogue
 from verl_split.plugin import activation
 
 pytestmark = pytest.mark.subprocess
+
+seam_catalogue.install()  # the registry's catalogue in this process, as the bootstrap installs it in a run
 
 #: The installed release's CPU seams (a family's releases can differ: cpu_file_logger is 0.7.0's only).
 CPU_SEAMS = [s.name for s in activation.seams_for(frozenset({"cpu"}))]
@@ -49,6 +52,7 @@ import verl.workers.rollout.base as base
 import verl.workers.rollout.replica as replica
 import verl.workers.engine.base as engine_base
 import verl.trainer.constants_ppo  # target of cpu_runtime_env
+from verl_split import seam_catalogue
 from verl_split.plugin import activation, wrapping
 
 WRAPPED = {WRAPPED!r}
@@ -137,7 +141,7 @@ def test_cpu_seams_idempotent_and_reversible():
         STATE
         + """
 first = state()
-activation.activate(split=False, cpu=True)  # a second activation wraps nothing twice
+seam_catalogue.activate(split=False, cpu=True)  # a second activation wraps nothing twice
 from verl_split.plugin.wrapping import layers
 depth = [layers(vars(owner(path))[attr]) for path, attr in WRAPPED]
 activation.deactivate()

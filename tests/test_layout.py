@@ -95,6 +95,42 @@ def test_the_circle_finder_finds_one():
     assert find_circle({"a": {"b"}, "b": set()}) == []
 
 
+#: Arrows that would run back up the house (docs/development.md's diagram): (importer's package, imported one).
+ONE_WAY = [
+    ("verl_split.plugin", "verl_split.runtime"),  # the registry sits below the features it lists (issue 28)
+    ("verl_split.plugin", "verl_split.seam_catalogue"),  # the catalogue hands the seam tables down to it
+    ("verl_split.runtime", "verl_split.seam_catalogue"),  # a hook finds the catalogue its activation installed
+]
+
+
+def inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def imports_up(graph: dict[str, set[str]], lower: str, upper: str) -> list[tuple[str, str]]:
+    """Each (importer, imported) pair where a module of ``lower`` imports one of ``upper``."""
+    return sorted(
+        (name, dep) for name, deps in graph.items() if inside(name, lower) for dep in deps if inside(dep, upper)
+    )
+
+
+@pytest.mark.parametrize("lower, upper", ONE_WAY, ids=lambda name: name.removeprefix("verl_split."))
+def test_no_import_runs_back_up(lower, upper):
+    assert imports_up(import_graph(), lower, upper) == [], f"{lower} must not import {upper} (docs/development.md)"
+
+
+def test_the_one_way_check_finds_an_import_back_up():
+    graph = {
+        "verl_split.plugin.activation": {"verl_split.runtime.cpu.seams", "verl_split.core.log"},
+        "verl_split.plugins_elsewhere": {"verl_split.runtime.cpu"},  # another package, only a shared prefix
+        "verl_split.runtime.cpu.seams": {"verl_split.plugin.seam"},
+    }
+    assert imports_up(graph, "verl_split.plugin", "verl_split.runtime") == [
+        ("verl_split.plugin.activation", "verl_split.runtime.cpu.seams")
+    ]
+    assert imports_up(graph, "verl_split.runtime", "verl_split.seam_catalogue") == []
+
+
 def long_modules(package: Path) -> dict[str, int]:
     """The modules under ``package`` over MAX_LINES lines, with their length."""
     lengths = {p: len(p.read_text().splitlines()) for p in package.rglob("*.py")}

@@ -39,6 +39,7 @@ def test_megatron_critic_update_is_dispatched_without_blocking():
 
 def test_megatron_critic_seam_comes_back_on_unpatch():
     snippet = REGISTER.format(
-        activate="from verl_split.plugin import activation\nactivation.activate()\nactivation.deactivate()"
+        activate="from verl_split import seam_catalogue\nfrom verl_split.plugin import activation\n"
+        "seam_catalogue.activate()\nactivation.deactivate()"
     )
     assert run_json(snippet, env={"VERL_SPLIT": "1"}) == {"megatron": "True", "fsdp": "True"}

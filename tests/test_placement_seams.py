@@ -186,9 +186,9 @@ def test_patch_before_and_after_import_and_twice():
     import importlib, json
     targets = {targets!r}
     owners = [getattr(importlib.import_module(m), o) if o else importlib.import_module(m) for m, o, _ in targets]
-    from verl_split.plugin import activation
-    activation.activate(split=True)
-    activation.activate(split=True)
+    from verl_split import seam_catalogue
+    seam_catalogue.activate(split=True)
+    seam_catalogue.activate(split=True)
     from verl_split.plugin.wrapping import layers
     print(json.dumps([layers(vars(owner)[attr]) for owner, (_, _, attr) in zip(owners, targets)]))
     """

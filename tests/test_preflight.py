@@ -19,23 +19,25 @@ from families import FAMILY, VERSION
 from pyrun import run_json
 
 from verl_split.core import compat
-from verl_split.plugin import activation, needs, preflight, verl_source
+from verl_split.plugin import needs, preflight, verl_source
+from verl_split.plugin.seam import Seam
+from verl_split.seam_catalogue import SEAMS
 
 pytestmark = pytest.mark.unit
 
 ROOTS = verl_source.verl_roots()
-APPLYING = [s for s in activation.SEAMS if s.applies_to()]
+APPLYING = [s for s in SEAMS if s.applies_to()]
 
 
 def source(*overlay: Path) -> verl_source.Source:
     return verl_source.Source([*overlay, *ROOTS])
 
 
-def needs_of(seam: activation.Seam) -> list[needs.Need]:
+def needs_of(seam: Seam) -> list[needs.Need]:
     return [needs.parse(text, seam.target) for text in seam.needs]
 
 
-def breakable(seam: activation.Seam, *, with_params: bool = False) -> tuple[needs.Need, str, ast.AST]:
+def breakable(seam: Seam, *, with_params: bool = False) -> tuple[needs.Need, str, ast.AST]:
     """The seam's first need whose definition (a def or a class) can be edited in a copy of its file."""
     for need in needs_of(seam):
         if need.optional or (with_params and not need.params):
@@ -70,14 +72,14 @@ def gone(need: needs.Need) -> str:
     return f"has no {need.path[-1]!r}" if not need.params else "has no "
 
 
-def problem_for(seam: activation.Seam, overlay: Path) -> preflight.Problem:
+def problem_for(seam: Seam, overlay: Path) -> preflight.Problem:
     report = preflight.run([seam], source(overlay))
     assert report.errors == []
     assert len(report.problems) == 1, report.problems
     return report.problems[0]
 
 
-def assert_one_line_naming(problem: preflight.Problem, seam: activation.Seam, need: needs.Need, what: str):
+def assert_one_line_naming(problem: preflight.Problem, seam: Seam, need: needs.Need, what: str):
     line = problem.line(VERSION)
     assert "\n" not in line
     feature = preflight.FEATURES[seam.feature]
@@ -96,7 +98,7 @@ def test_every_declared_need_is_met_by_the_installed_verl():
 
 
 def test_declarations_name_known_features_and_parse():
-    for seam in activation.SEAMS:
+    for seam in SEAMS:
         assert seam.feature in preflight.FEATURES, seam
         for text in seam.needs:
             needs.parse(text, seam.target)
@@ -197,7 +199,8 @@ def test_the_preflight_reads_source_only_and_is_quick():
     report = preflight.run(APPLYING)
     assert report.seconds < 5  # about 0.15 s on the 2-core machine: a dozen files parsed
     code = (
-        "import sys, json; from verl_split.plugin import activation; activation.run_preflight(); "
+        "import sys, json; from verl_split import seam_catalogue; from verl_split.plugin import activation; "
+        "seam_catalogue.install(); activation.run_preflight(); "
         "print(json.dumps(sorted(m for m in sys.modules if m == 'verl' or m.startswith('verl.'))))"
     )
     imported = run_json(code)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
+from verl_split import seam_catalogue
 from verl_split.core import compat, log, settings
 from verl_split.core.errors import ActivationFailed, SettingsError, activation_failed
 from verl_split.plugin import activation
@@ -132,9 +133,10 @@ def test_versions_are_specifier_sets_read_from_the_distribution():
     assert compat.has_entry_points() == compat.has_v1_trainer() == compat.ENTRY_POINTS.contains(version)
     assert compat.has_legacy_workers() == (compat.family_of(version) == "0.7")
     assert compat.family_of("0.9.1") == "0.9" and compat.family_of("0.10.0rc1") == "0.10"
-    for seam in activation.SEAMS:
+    for seam in seam_catalogue.SEAMS:
         assert isinstance(seam.verl, SpecifierSet), seam.name
     # every family has the seams of each feature it needs, and no two trainers' placement seams
+    seam_catalogue.install()
     for family in compat.SUPPORTED_FAMILIES:
         names = {s.name for s in activation.seams_for(frozenset({"split"}), family)}
         assert ("placement_v1" in names) == (family == "0.9") and ("placement_legacy" in names) != (family == "0.9")

@@ -1,8 +1,9 @@
 """verl-split: split placement and concurrent actor/critic updates for verl.
 
-This package's top level stays standard-library only: verl imports
+This module, ``_bootstrap`` and ``_startup`` stay standard-library only: verl imports
 ``verl_split._bootstrap`` in every process through its ``verl.plugins`` entry
-point, and a run without ``VERL_SPLIT`` must pay nothing for that.
+point, and a run without ``VERL_SPLIT`` must pay nothing for that. ``seam_catalogue``
+(wrapt and every seam table) is imported only once a ``VERL_SPLIT*`` switch is on.
 """
 
 __version__ = "0.1.0"

@@ -3,7 +3,8 @@
 verl (0.9+) loads the ``verl.plugins`` entry points while ``import verl`` runs, in the
 launching process, the TaskRunner actor and every worker actor alike. With
 ``VERL_SPLIT`` and ``VERL_SPLIT_CPU`` unset this module reads the environment and
-returns: standard library only, nothing patched, nothing else imported. Settings
+returns: standard library only, nothing patched, nothing else imported. With one
+set it switches verl-split on through ``seam_catalogue.activate``. Settings
 are read once here and frozen for the run (``settings.current()``).
 """
 
@@ -42,10 +43,11 @@ def activate_from_environment() -> bool:
         raise activation_failed(str(exc)) from exc
     if not wanted.any_active:
         return False
-    from verl_split.plugin import activation  # imports wrapt: only in runs that asked for us
+    # wrapt and every seam table: only in runs that asked for us.
+    from verl_split import seam_catalogue
 
     try:
-        activation.activate(split=wanted.enabled, cpu=wanted.cpu, frozen=wanted)
+        seam_catalogue.activate(split=wanted.enabled, cpu=wanted.cpu, frozen=wanted)
     except VerlSplitError as exc:
         raise activation_failed(str(exc)) from exc
     return True

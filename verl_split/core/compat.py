@@ -28,7 +28,7 @@ TESTED_RELEASES: tuple[str, ...] = ("0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1")
 #: The range those families span: a verl above it is accepted but untested.
 TESTED = SpecifierSet(">=0.7.0,<0.10")
 
-# What each release range has. Seams declare their range with these (activation.SEAMS).
+# What each release range has. Seams declare their range with these (seam_catalogue.SEAMS).
 #: verl's ``__init__`` loads ``verl.plugins`` entry points; also the v1 ``PPOTrainer``,
 #: ``main_ppo_v0`` and the platform registry: all arrived in 0.9.
 ENTRY_POINTS = SpecifierSet(">=0.9")

@@ -1,9 +1,11 @@
 """Switch verl-split's patches on and off in this process.
 
 Each patch is a *seam* (``plugin/seam.py``): what verl-split changes in one verl module, declared as
-data in the ``seams.py`` of its feature under ``verl_split/runtime/``, collected in ``SEAMS`` below.
-Seams are registered here by name, as wrapt post-import hooks, so a seam's code loads only once its
-target is imported, and import order does not matter (patch before or after ``import verl``).
+data in the ``seams.py`` of its feature under ``verl_split/runtime/``. This registry sits below those
+features and never imports them: ``verl_split/seam_catalogue.py`` collects the tables and hands them in
+(:func:`install`) before anything here reads them. Seams are registered here by name, as wrapt post-import
+hooks, so a seam's code loads only once its target is imported, and import order does not matter (patch
+before or after ``import verl``).
 
 A seam's row::
 
@@ -26,6 +28,7 @@ import dataclasses
 import functools
 import logging
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -35,16 +38,8 @@ from verl_split.core import compat, log, settings
 from verl_split.core.errors import VerlSplitError, activation_failed
 from verl_split.plugin import preflight
 from verl_split.plugin.seam import Seam, patch_seam, unpatch_seam
-from verl_split.runtime.cpu.seams import SEAMS as CPU
-from verl_split.runtime.metrics.seams import SEAMS as METRICS
-from verl_split.runtime.overlap.seams import SEAMS as OVERLAP
-from verl_split.runtime.placement.seams import SEAMS as PLACEMENT
-from verl_split.runtime.shared_rollout.seams import SEAMS as SHARED_ROLLOUT
 
 logger = logging.getLogger("verl_split")
-
-#: Every seam verl-split patches, per feature and verl release family.
-SEAMS: tuple[Seam, ...] = (*PLACEMENT, *OVERLAP, *METRICS, *SHARED_ROLLOUT, *CPU)
 
 
 @dataclass
@@ -60,11 +55,37 @@ class _State:
 _state = _State()
 _registered: set[str] = set()  # seam names with a wrapt hook; wrapt cannot unregister hooks
 _applied: dict[str, Seam] = {}
+_catalogue: tuple[Seam, ...] | None = None  # every seam there is: install()
+
+
+def install(seams: Iterable[Seam]) -> None:
+    """Make ``seams`` the catalogue every other function here reads (``seam_catalogue.install`` hands in
+    verl-split's); installing the same seams again changes nothing."""
+    global _catalogue
+    seams = tuple(seams)
+    if seams == _catalogue:
+        return
+    names = [s.name for s in seams]
+    if len(set(names)) != len(names):  # a name keys its hook and its applied patch
+        raise ValueError(f"seam names must be unique: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    if _state.active_features:
+        raise RuntimeError("verl-split: another seam catalogue while verl-split is active: deactivate() first")
+    _catalogue = seams
+
+
+def catalogue() -> tuple[Seam, ...]:
+    """Every seam installed (:func:`install`); a clear error before any was."""
+    if _catalogue is None:
+        raise RuntimeError(
+            "verl-split: no seams installed in plugin.activation: switch verl-split on through "
+            "verl_split.seam_catalogue.activate(), or call verl_split.seam_catalogue.install() first"
+        )
+    return _catalogue
 
 
 def seams_for(features: frozenset[str], family: str | None = None) -> list[Seam]:
     """The seams of ``features`` for the installed verl, or for release family ``family``."""
-    return [s for s in SEAMS if s.switch in features and s.applies_to(family)]
+    return [s for s in catalogue() if s.switch in features and s.applies_to(family)]
 
 
 def features_on(switches: frozenset[str], frozen: settings.Settings) -> set[str]:
@@ -76,7 +97,7 @@ def features_on(switches: frozenset[str], frozen: settings.Settings) -> set[str]
 def run_preflight(seams: list[Seam] | None = None) -> preflight.Report:
     """The preflight of ``seams`` (default: every seam that applies to the installed verl); reads verl's source."""
     if seams is None:
-        seams = [s for s in SEAMS if s.applies_to()]
+        seams = [s for s in catalogue() if s.applies_to()]
     return preflight.run(seams)
 
 
@@ -84,9 +105,10 @@ def require(feature: str) -> None:
     """Raise VerlSplitError with the preflight's line if ``feature``'s seams are unmet on this verl.
 
     For a feature switched on after activation, where the run's config is read: shared rollout's
-    ``split_placement.shared_rollout`` (``runtime/placement/hooks.py``, in the launching process).
+    ``split_placement.shared_rollout`` (``runtime/placement/hooks.py``, in the launching process). The
+    activation that applied the caller's seam installed the catalogue, so the runtime needs no import above it.
     """
-    report = run_preflight([s for s in SEAMS if s.feature == feature and s.applies_to()])
+    report = run_preflight([s for s in catalogue() if s.feature == feature and s.applies_to()])
     if report.problems:
         raise VerlSplitError(report.problems[0].line(report.version))
 
@@ -102,7 +124,7 @@ def _in_ray_worker() -> bool:
 
 
 def activate(split: bool = True, cpu: bool = False, frozen: settings.Settings | None = None) -> list[str]:
-    """Register the seams for the installed verl; return their names. Idempotent.
+    """Register the installed catalogue's seams for the installed verl; return their names. Idempotent.
 
     ``frozen``: the settings the run uses from now on (default: read from the environment
     now); the adapters read them with ``settings.current()``, never the environment again.
@@ -110,6 +132,7 @@ def activate(split: bool = True, cpu: bool = False, frozen: settings.Settings | 
     checks every seam's needs against verl's source first; an unmet need of a switched-on feature
     stops the process with one line (``ActivationFailed`` through the caller), before Ray starts.
     """
+    catalogue()  # no catalogue installed: say so before any state changes
     features = frozenset(f for f, on in (("split", split), ("cpu", cpu)) if on)
     family = compat.check_supported()
     log.configure()

@@ -1,6 +1,6 @@
 """The preflight: does the installed verl have what each seam patches and reads, before Ray starts anything?
 
-Each seam in ``activation.SEAMS`` declares ``needs``: the verl names it wraps or reads, one string each::
+Each seam in ``seam_catalogue.SEAMS`` declares ``needs``: the verl names it wraps or reads, one string each::
 
     [module:]Name[.attr ...][(param, param@index, ...)]
 

@@ -1,9 +1,9 @@
 """A seam: what verl-split patches in one verl module, declared as data, and the one patch/unpatch for all.
 
-Each feature of ``verl_split/runtime/`` declares its seams in its ``seams.py`` (collected by
-``activation.SEAMS``): the verl module whose import triggers the patch, the switch and the feature it
-belongs to, the verl releases it applies to, what it needs of verl (checked by the preflight), and what
-it does there, as strings that load nothing until the target is imported:
+Each feature of ``verl_split/runtime/`` declares its seams in its ``seams.py`` (collected in
+``verl_split/seam_catalogue.py``'s ``SEAMS``): the verl module whose import triggers the patch, the switch
+and the feature it belongs to, the verl releases it applies to, what it needs of verl (checked by the
+preflight), and what it does there, as strings that load nothing until the target is imported:
 
 * ``wraps``: attributes wrapped with wrapt (``Wrap``), the common case;
 * ``apply``: a function ``(target module, undo)`` for what is not a wrapper -- a registry entry, a

@@ -1,7 +1,7 @@
 """``verl-split doctor``: what is installed, whether it is supported, and what is patched.
 
 Each feature (``preflight.FEATURES``) is listed as available or not on the installed verl, with the
-preflight's reason: the same check a run makes before Ray starts (``activation.activate``), read from
+preflight's reason: the same check a run makes before Ray starts (``seam_catalogue.activate``), read from
 verl's source. ``supported`` means the run this environment asks for would start: a verl at or above
 the minimum, and every switched-on feature available (with verl-split off: split placement).
 
@@ -73,11 +73,12 @@ def collect_report() -> dict[str, Any]:
     try:
         import verl  # noqa: F401  (verl loads our entry point, which activates us if asked)
 
+        from verl_split import seam_catalogue
         from verl_split.plugin import activation
 
         # Import every patched module now, as a training run would, so that a seam that
         # cannot be applied to this verl shows up here instead of in the middle of a run.
-        for seam in activation.SEAMS:
+        for seam in seam_catalogue.SEAMS:
             if seam.name in activation.pending_patches():
                 importlib.import_module(seam.target)
         report["active"] = activation.is_active()
@@ -104,8 +105,10 @@ def collect_report() -> dict[str, Any]:
 
 def preflight_features(wanted: settings.Settings) -> dict[str, dict[str, Any]]:
     """Each feature this verl has seams for: available or not (the preflight's reason), and on or off."""
+    from verl_split import seam_catalogue
     from verl_split.plugin import activation
 
+    seam_catalogue.install()  # with verl-split off nothing has installed it in this process
     report = activation.run_preflight()
     switches = frozenset(s for s, on in (("split", wanted.enabled), ("cpu", wanted.cpu)) if on)
     on = activation.features_on(switches, wanted)
