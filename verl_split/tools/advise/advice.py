@@ -10,7 +10,8 @@ from typing import Any
 from verl_split.placement import Cluster
 from verl_split.tools.advise import deferral as deferral_module
 from verl_split.tools.advise.candidates import STOCK, Candidate, caveat, rank, reason
-from verl_split.tools.advise.deferral import Choice, DeferralCosts, choose, deferral_costs
+from verl_split.tools.advise.defer_or_share import Choice, choose
+from verl_split.tools.advise.deferral import DeferralCosts, deferral_costs
 from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
 from verl_split.tools.advise.runs import LANE_MEANING, AdviseError, Run, read_run
 from verl_split.tools.advise.shared import TAG, SharedRolloutCosts, shared_rollout_costs
