@@ -136,3 +136,34 @@ def test_the_docs_install_verl_as_verl_does_then_verl_split(doc):
     assert "manage_envs.py sync vllm fsdp" in section
     assert "verlai/verl" in section
     assert "docs/start/install.rst" in section
+
+
+#: Where a user copies an install line from: every doc's ``bash`` blocks, the shipped scripts and the examples'.
+#: (Prose may name a gone extra to say why it went: docs/configuration.md, "Why no [gpu] extra".)
+ADVICE = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "examples").rglob("*.md")),
+    *sorted((ROOT / "examples").rglob("*.sh")),
+    *sorted((ROOT / "scripts").glob("*")),
+]
+
+
+def extras_advised(path: Path) -> set[str]:
+    """The extras of verl-split ``path`` tells a user to install: in a doc's bash blocks, anywhere in a script."""
+    text = path.read_text()
+    if path.suffix == ".md":
+        text = "".join(re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M))
+    return {extra.strip() for names in re.findall(r"verl-split\[([^\]]*)\]", text) for extra in names.split(",")}
+
+
+@pytest.mark.parametrize("path", ADVICE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_install_line_names_a_gone_extra(path):
+    assert extras_advised(path) <= set(EXTRAS), f"{path.name}: install verl as verl does, then verl-split"
+
+
+def test_the_advice_check_finds_a_gone_extra(tmp_path):
+    (tmp_path / "doc.md").write_text("Why no `verl-split[gpu]`.\n```bash\npip install 'verl-split[gpu,cpu]'\n```\n")
+    (tmp_path / "run.sh").write_text("# Install: see the README (verl-split[vllm]).\n")
+    assert extras_advised(tmp_path / "doc.md") == {"gpu", "cpu"}
+    assert extras_advised(tmp_path / "run.sh") == {"vllm"}
