@@ -29,7 +29,6 @@ SYNC_METRIC = names.SHARED_ROLLOUT_SYNC_S
 MIN_REACH = 0.25
 
 
-
 class SharedRolloutError(VerlSplitError):
     """A rollout replica on the critic pool failed."""
 

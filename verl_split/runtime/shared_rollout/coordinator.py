@@ -20,10 +20,12 @@ through generation, usually the longest phase (verl issue 977). With shared roll
 3. The actor's weights on those replicas after every actor update: a second verl
    ``CheckpointEngineManager`` for them, beside verl's ``naive`` one for the hybrid replicas,
    behind ``both_pools.BothPoolsCheckpointManager``, which the trainer uses as its
-   ``checkpoint_manager``. With the deferred critic update running at the sync, the critic pool joins
-   the step's generation when that update ends (``late_join.py``). The push runs first (on GPUs the hybrid replicas still sleep
-   then, leaving the actor's memory to the transfer buffers), into replicas woken just before
-   it; after generation they sleep with the hybrid ones. Its engine is the config's
+   ``checkpoint_manager``. The push runs first (on GPUs the hybrid replicas still sleep then,
+   leaving the actor's memory to the transfer buffers), into replicas woken just before it; after
+   generation they sleep with the hybrid ones. With the deferred critic update still running at the
+   sync, the actor pool generates at once and the push comes when that update ends, the critic pool
+   joining the step's generation late (``late_join.py``); the actor's GPUs then hold the rollout
+   replicas and the transfer buffers at once. Its engine is the config's
    ``checkpoint_engine.backend``: ``nccl`` on GPUs when left ``naive``, verl-split's object-store
    engine in the CPU dry run (``verl_split/runtime/cpu/weight_transfer.py``).
 
