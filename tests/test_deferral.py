@@ -59,9 +59,11 @@ class FakeCriticGroup:
 class FakeTracking:
     def __init__(self):
         self.records: list[tuple[int, dict, float]] = []
+        self.threads: list[threading.Thread] = []  # which thread emitted each record
 
     def log(self, data, step):
         self.records.append((step, dict(data), time.monotonic()))
+        self.threads.append(threading.current_thread())
 
 
 class FakeConfig(SimpleNamespace):
@@ -123,8 +125,14 @@ class FakeTrainer:
             started = time.monotonic()
             self.calls.append(("gen", step, started))
             self.kv_clear(keys=[f"prompt{step}"], partition_id="train")  # the replay buffer's: never waits
-            # generation: the actor pool's replicas, nothing of the critic
-            time.sleep(self.later_gen_s if step > 1 and self.later_gen_s is not None else self.gen_s)
+            # generation: the actor pool's replicas, nothing of the critic; the trainer waits as verl's v1 replay
+            # buffer does, polling (verl/trainer/ppo/v1/replay_buffer.py poll_interval), or as ray.get does
+            # (it returns to Python for signals): a KeyboardInterrupt lands within a poll
+            deadline = time.monotonic() + (
+                self.later_gen_s if step > 1 and self.later_gen_s is not None else self.gen_s
+            )
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(left, 0.05))
             metrics: dict = {}
             batch = FakeBatch(step)
             self._compute_values(batch, metrics=metrics)
@@ -277,6 +285,20 @@ def test_a_trainer_stuck_in_one_call_is_ended(run, monkeypatch):
     assert ended.wait(10), "the process was not ended"
     assert time.monotonic() - started < 3.0
     thread.join(10)
+
+
+def test_a_trainer_stuck_in_one_call_on_the_main_thread_is_interrupted_and_raises_the_failure(run, monkeypatch):
+    """verl's TaskRunner runs fit on its actor's main thread: the run ends by the failure, not os._exit."""
+    monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.3)
+    monkeypatch.setattr(deferral.os, "_exit", lambda code: pytest.fail("the process was ended, not interrupted"))
+    trainer = FakeTrainer(steps=2)
+    trainer.fail_critic_at, trainer.later_gen_s = 1, 30 * WORK_S  # generation of step 2: 6 s in one call
+    started = time.monotonic()
+    with pytest.raises(UpdateFailedError, match=r"the critic update of step 1 failed") as raised:
+        run(trainer)
+    assert time.monotonic() - started < 3.0
+    assert isinstance(raised.value.__cause__, KeyboardInterrupt)
+    assert trainer.logger.records[0][1]["split/critic_metrics_missing"] == 1.0  # step 1's record was not lost
 
 
 def test_v1_critic_metrics_are_reduced_as_verl_reduces_them():

@@ -9,6 +9,7 @@ rules; the real verl runs are in tests/e2e/. No Ray, no verl trainer, no subproc
 from __future__ import annotations
 
 import logging
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -253,3 +254,15 @@ def test_prep_without_an_actor_call_before_values(run):
     text, records = run(steps(bypass=True))
     assert "no old_log_prob or ref call came before values in this step" in text
     assert_in_every_step(records, "split/prep_overlapped", 0.0)
+
+
+# -- where a deferred step's record is logged -----------------------------------------------------
+def test_a_deferred_step_s_record_is_logged_on_the_trainer_s_thread_before_the_next_one(run):
+    """Step k's critic update is joined by step k+1's values lane; verl's trackers still get step k's record
+    from the trainer's thread, before step k+1's (megatron_scale.md §2: it came from the values lane)."""
+    trainer = steps(n=3)
+    trainer.critic_s = 0.2  # outlasts the actor's update: joined in the next step's values
+    text, records = run(trainer)
+    assert records[1]["split/critic_update_deferred"] == 1.0 and "critic/vf_loss" in records[1]
+    assert [step for step, *_ in trainer.logger.records] == [1, 2, 3]
+    assert set(trainer.logger.threads) == {threading.main_thread()}

@@ -24,8 +24,12 @@ critic's update therefore need not sit on the step's path. With ``defer_critic``
    clear is postponed until the join (the ``transfer_queue.kv_clear`` seam).
 5. A failure of the update is raised on the trainer's thread at the next point it passes (every
    seam here and in the overlaps), naming the role, the pool and the step. Should the trainer sit
-   in one long call instead (a GPU generation), the process is ended ``ABORT_AFTER_S`` after the
-   failure, with the same message in its log, so a run never burns its GPUs on a dead critic.
+   in one long call instead (a GPU generation), it is interrupted ``INTERRUPT_AFTER_S`` after the
+   failure (``_thread.interrupt_main``: the trainer runs on the main thread of verl's TaskRunner actor,
+   and Ray's ``ray.get`` there returns to Python for it), and ``fit`` raises the failure: the run ends
+   as any verl failure does, Ray tearing down the workers and the rollout servers. Only if that cannot
+   happen (a trainer off the main thread, SIGINT ignored) is the process ended ``ABORT_AFTER_S`` after
+   the failure, with the same message in its log, so a run never burns its GPUs on a dead critic.
 
 Exactness: the critic's update reads only step k's batch, already sent; values(k+1) runs after it;
 the checkpoint after it. So the numbers are those of the same run without the deferral.
@@ -33,6 +37,7 @@ the checkpoint after it. So the numbers are those of the same run without the de
 
 from __future__ import annotations
 
+import _thread
 import concurrent.futures
 import logging
 import os
@@ -49,9 +54,12 @@ from verl_split.runtime.overlap import held_records, lanes
 
 logger = logging.getLogger("verl_split.deferral")
 
-#: Seconds after a failed deferred update before the process is ended, if the trainer has not
-#: reached a point where it raises the failure itself (well inside the 30 s a run has to stop).
-ABORT_AFTER_S = 20.0
+#: Seconds after a failed deferred update before the trainer's thread is interrupted, if it has not
+#: reached a point where it raises the failure itself.
+INTERRUPT_AFTER_S = 5.0
+#: Seconds after a failed deferred update before the process is ended, if the interrupt did not end
+#: the run (still inside the 30 s a run has to stop).
+ABORT_AFTER_S = 25.0
 
 
 @dataclass
@@ -71,6 +79,7 @@ class _Deferred:
     join_ended: float = 0.0
     failure: UpdateFailedError | None = None
     raised: bool = False  # the failure reached the trainer's thread
+    interrupted: bool = False  # INTERRUPT_AFTER_S passed: the trainer's thread was sent a KeyboardInterrupt
     done: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -151,6 +160,7 @@ def join(where: str) -> None:
     """Wait for the deferred update, if one runs; ``where`` names what needs it (for the log)."""
     deferred = _current
     if deferred is None:
+        held_records.emit_due()
         return
     with deferred.lock:  # one thread finishes it; another joining meanwhile waits for that
         if not deferred.done:
@@ -163,12 +173,15 @@ def join(where: str) -> None:
             deferred.join_ended = time.monotonic()
             _finish(deferred, value, where)
             deferred.done = True
+    held_records.emit_due()  # on the trainer's thread: the record the join completed
     if deferred.failure is not None:
         _raise(deferred)
 
 
 def raise_if_failed() -> None:
-    """Raise the deferred update's failure now, if it has failed (called at every seam)."""
+    """Raise the deferred update's failure now, if it has failed (called at every seam); on the trainer's
+    thread, emit a record completed meanwhile (``held_records.emit_due``)."""
+    held_records.emit_due()
     deferred = _current
     if deferred is not None and deferred.result.done() and deferred.result.exception() is not None:
         join("the failure of the deferred critic update")
@@ -269,9 +282,31 @@ def _watch_failure(deferred: _Deferred) -> None:
         return
     deferred.failure = deferred.failure or _failure(deferred, exc)
     logger.error("verl-split: %s", deferred.failure)
-    timer = threading.Timer(ABORT_AFTER_S, _abort_if_unraised, args=(deferred,))
-    timer.daemon = True
-    timer.start()
+    for delay, then in ((INTERRUPT_AFTER_S, _interrupt_if_unraised), (ABORT_AFTER_S, _abort_if_unraised)):
+        timer = threading.Timer(delay, then, args=(deferred,))
+        timer.daemon = True
+        timer.start()
+
+
+def _interrupt_if_unraised(deferred: _Deferred) -> None:
+    if deferred.raised or deferred.trainer_thread is not threading.main_thread():
+        return
+    logger.error(
+        "verl-split: the trainer has been in one call for %.0fs since the critic's update failed; interrupting it "
+        "so that the run stops (its last checkpoint is intact).",
+        INTERRUPT_AFTER_S,
+    )
+    deferred.interrupted = True
+    _thread.interrupt_main()  # a KeyboardInterrupt on the main thread; wrap_fit turns it into the failure
+
+
+def interrupted_for(exc: BaseException) -> UpdateFailedError | None:
+    """The deferred failure that ``exc`` (a KeyboardInterrupt) was sent to raise, if verl-split sent it."""
+    deferred = _current
+    if isinstance(exc, KeyboardInterrupt) and deferred is not None and deferred.interrupted:
+        deferred.raised = True
+        return deferred.failure
+    return None
 
 
 def _abort_if_unraised(deferred: _Deferred) -> None:

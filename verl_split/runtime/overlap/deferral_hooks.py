@@ -53,7 +53,11 @@ def wrap_fit(wrapped, trainer, args, kwargs):
         if failure is not None and failure is not exc:
             raise failure from exc
         raise
-    except BaseException:  # Ctrl-C, SystemExit: do not wait for the critic, keep the step's metrics
+    except BaseException as exc:  # Ctrl-C, SystemExit: do not wait for the critic, keep the step's metrics
+        failure = deferral.interrupted_for(exc)  # or verl-split's own interrupt, sent to end a failed run
+        if failure is not None:
+            held_records.flush_without_critic()
+            raise failure from exc
         held_records.flush_without_critic()
         raise
     end_of_fit(None)

@@ -149,6 +149,7 @@ def make_values_wrapper(adapter: Any) -> Callable[..., Any]:
                     "please report this with your verl version and trainer."
                 )
             result = adapter.values_result(step, step.join_values(), args, kwargs)
+            deferral.raise_if_failed()  # the values lane joined step k's critic: its record, on this thread
         else:
             if step is None:  # no actor-side call this step (bypass mode without ref)
                 _log_once(

@@ -156,8 +156,10 @@ class BothPoolsCheckpointManager:
         on_critic_pool = sum(n for server, n in routed.items() if server in self._shared_servers)
         metrics = {SHARE_METRIC: on_critic_pool / total, names.CRITIC_POOL_JOINED: float(joined)}
         generation_s = step.get("generation_s")
-        if joined and step.get("opened_after_s") is not None:
-            metrics[names.CRITIC_POOL_JOIN_S] = step["opened_after_s"]
+        if joined:  # opened with the weight sync (no late join): there from the step's first request
+            opened = step.get("opened_after_s") if late is not None else 0.0
+            if opened is not None:
+                metrics[names.CRITIC_POOL_JOIN_S] = opened
         if generation_s and total > on_critic_pool:
             # What the actor pool alone would have needed for the critic pool's requests too, at the rate it
             # kept (an estimate: exact for the CPU rollout's one-at-a-time servers, rough for batching ones).
