@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from verl_split.placement import Cluster
-from verl_split.tools.advise.candidates import _trade, caveat, placement_names, rank, reason
+from verl_split.tools.advise.candidates import placement_names, rank
 from verl_split.tools.advise.model import FIT_AMDAHL, FIT_LINEAR, CostModel, LaneModel, fit_lane, predict
+from verl_split.tools.advise.reasons import _trade, caveat, reason
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,13 @@ from typing import Any
 
 from verl_split.placement import Cluster
 from verl_split.tools.advise import deferral as deferral_module
-from verl_split.tools.advise.candidates import STOCK, Candidate, caveat, rank, reason
+from verl_split.tools.advise import late_join
+from verl_split.tools.advise.candidates import STOCK, Candidate, rank
 from verl_split.tools.advise.defer_or_share import Choice, choose
 from verl_split.tools.advise.deferral import DeferralCosts, deferral_costs
+from verl_split.tools.advise.late_join import break_even_push
 from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
+from verl_split.tools.advise.reasons import caveat, reason
 from verl_split.tools.advise.runs import LANE_MEANING, AdviseError, Run, read_run
 from verl_split.tools.advise.shared import TAG, SharedRolloutCosts, shared_rollout_costs
 
@@ -41,8 +44,12 @@ class Advice:
         return self.candidates[0]
 
     def break_even_push_s(self, candidate: Candidate) -> float:
-        """The weight push under which an unranked shared-rollout variant would beat the recommendation."""
-        return self.recommended.prediction.step_s - candidate.prediction.step_s
+        """The weight push under which an unranked shared-rollout variant would beat the recommendation
+        (<= 0: not even free). With both switches on the push is off the step's path until the critic pool
+        joins, so it is not simply added: :func:`late_join.break_even_push`."""
+        target = self.recommended.prediction.step_s
+        late = candidate.prediction.late
+        return break_even_push(late, target) if late is not None else target - candidate.prediction.step_s
 
     def to_json(self) -> dict[str, Any]:
         best = self.recommended
@@ -74,6 +81,7 @@ class Advice:
                 "placement": best.placement,
                 "shared_rollout": best.shared_rollout,
                 "deferred_critic": best.deferred,
+                "late_join": best.both,
                 "predicted_step_s": best.prediction.step_s,
                 "speedup_vs_stock": best.speedup_vs_stock,
                 "reason": self.reason,
@@ -175,8 +183,17 @@ def _assumptions(
             "actor's update; the critic's update hides behind the actor's update, the weight sync "
             f"({deferral.sync_s:.2f} s: {deferral.sync_source}) and the next generation, and what exceeds them is "
             "waited for before values: prep = max(old_log_prob + ref, excess + values). Other work before values "
-            "(reward, balancing) is not counted as cover. With shared rollout it hides nothing (joined before the "
-            "critic pool generates), so +shared rows do not defer. Predicted only: not measured on GPUs by us"
+            "(reward, balancing) is not counted as cover. Predicted only: not measured on GPUs by us"
+        )
+    if shared is not None and deferral is not None:
+        lines.append(
+            f"both ({late_join.TAG} rows, where the critic's update outlasts the actor's): the actor pool generates "
+            "at once; the critic pool joins when the rest of its update and the push are done, j = max(0, "
+            "critic_update - actor_update - weight sync) + push into generation, and generates the rest at the "
+            "shared-rollout model's rate: gen = gen(A) if gen(A) <= j (it never joins; what is left of its update "
+            "is waited for before values), else j + (1 - j/gen(A)) x gen(A+C); the push is off the step's path, "
+            "the offload counted when it joins. The actor pool's caps while it waits and the push's load on the "
+            "actor pool's GPUs are not modelled. Predicted only: run on CPU only, never on GPUs"
         )
     return lines
 

@@ -11,7 +11,9 @@ Given shared rollout's costs, every split also gets its ``+shared`` variant (:mo
 where the critic pool holds whole rollout replicas. A variant whose weight push is not known is not ranked:
 its step is a lower bound, listed after the ranking, and never recommended. Given the deferral's weight sync,
 split whose critic update outlasts its actor update also gets its ``+defer`` variant
-(:mod:`verl_split.tools.advise.deferral`): the critic's update deferred into the next step.
+(:mod:`verl_split.tools.advise.deferral`): the critic's update deferred into the next step; and, given both,
+its ``+shared+defer`` variant (:mod:`verl_split.tools.advise.late_join`): both switches on, the critic pool
+joining generation when its update is done.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from verl_split.core.errors import PlacementError
 from verl_split.placement import CRITIC_POOL, Cluster, ParallelSize, Requirements, plan_placement
 from verl_split.tools.advise import deferral as deferral_module
+from verl_split.tools.advise import late_join
 from verl_split.tools.advise.deferral import DeferralCosts
 from verl_split.tools.advise.model import OVERLAPS, CostModel, Prediction, predict
 from verl_split.tools.advise.shared import TAG, SharedRolloutCosts
@@ -44,11 +47,18 @@ class Candidate:
 
     @property
     def shared_rollout(self) -> bool:
+        """The critic pool generates too (``+shared``, and ``+shared+defer``)."""
         return self.prediction.shared is not None
 
     @property
     def deferred(self) -> bool:
-        return self.prediction.deferred is not None
+        """The critic's update runs on into the next step (``+defer``, and ``+shared+defer``)."""
+        return self.prediction.deferred is not None or self.prediction.late is not None
+
+    @property
+    def both(self) -> bool:
+        """Shared rollout and the deferral together: the critic pool joins generation late."""
+        return self.prediction.late is not None
 
     @property
     def ranked(self) -> bool:
@@ -57,6 +67,8 @@ class Candidate:
 
     @property
     def name(self) -> str:
+        if self.both:
+            return f"{self.placement} {late_join.TAG}"
         if self.deferred:
             return f"{self.placement} {deferral_module.TAG}"
         return f"{self.placement} {TAG}" if self.shared_rollout else self.placement
@@ -78,6 +90,7 @@ class Candidate:
             "same_prediction_as": list(self.same_prediction_as),
             "shared_rollout_costs": None if p.shared is None else p.shared.to_json(),
             "deferral": None if p.deferred is None else p.deferred.to_json(),
+            "late_join": None if p.late is None else p.late.to_json(),
         }
 
 
@@ -108,7 +121,8 @@ def rank(
     """Every candidate the planner accepts, fastest first; and the rejected ones with the planner's reason.
 
     With ``shared``, each split's shared-rollout variant too; the variants that are not ranked (their push is
-    not known) come last, by their lower bound. With ``deferral``, each split's deferred-critic variant.
+    not known) come last, by their lower bound. With ``deferral``, each split's deferred-critic variant; with
+    both, where the critic's update outlasts the actor's, each shared split's variant with both on.
     """
     requirements = Requirements(
         critic=model.has_critic,
@@ -156,6 +170,12 @@ def rank(
         if fits:
             prediction = predict(model, actor_gpus, critic_gpus, colocated=False, overlaps=overlaps, shared=shared)
             candidates.append(candidate(fits, prediction))
+            if deferral is not None:
+                both = predict(
+                    model, actor_gpus, critic_gpus, False, overlaps=overlaps, shared=shared, deferral=deferral
+                )
+                if both.late is not None:  # else the critic's update is done by the sync: the +shared row's
+                    candidates.append(candidate(fits, both))
     if deferral is not None and "critic_update" in model.lanes:
         for key, names in layouts.items():
             if key[0]:
@@ -164,103 +184,7 @@ def rank(
             # Where the critic's update is no longer than the actor's, deferring it changes nothing: no row.
             if prediction.step_s < predictions[key].step_s - 1e-9:
                 candidates.append(candidate(names, prediction))
-    # Ranked first, fastest first; on a tie the order above (stock, then the simpler names, +shared, +defer).
-    candidates.sort(key=lambda c: (not c.ranked, round(c.prediction.step_s, 9)))
+    # Ranked first, fastest first; on a tie fewer switches first (+shared+defer that never joins is +defer), then
+    # the order above (stock, the simpler names, +shared, +defer).
+    candidates.sort(key=lambda c: (not c.ranked, round(c.prediction.step_s, 9), c.shared_rollout + c.deferred))
     return candidates, rejected
-
-
-def _pct(share: float) -> str:
-    return f"{100 * share:.0f} %"
-
-
-def reason(candidates: list[Candidate], model: CostModel) -> str:
-    """Why the first candidate is recommended, in one sentence, from the model's own terms."""
-    best = candidates[0]
-    stock = next((c for c in candidates if c.placement == STOCK), None)
-    if best.shared_rollout:
-        return _shared_reason(best, candidates, model)
-    if not best.is_split:
-        if not model.has_critic:
-            return "the runs have no critic, so there is nothing to place apart from the actor (GRPO and the like)."
-        split = next((c for c in candidates if c.is_split and not c.shared_rollout), None)
-        if split is None or stock is None:
-            return "no split placement fits this cluster."
-        saved, lost = _trade(split, stock, model)
-        p = split.prediction
-        return (
-            f"under the best split, {split.name}, running the critic beside the actor would save "
-            f"{saved:.2f} s per step but the actor's side would lose {lost:.2f} s on {p.actor_gpus} instead of "
-            f"{stock.prediction.actor_gpus} GPUs, and the critic pool would idle {_pct(p.idle_share['critic'])} "
-            f"of each step ({_pct(p.phases['gen'] / p.step_s)} during generation)."
-        )
-    p = best.prediction
-    if stock is None:
-        return f"{best.placement} is the fastest placement that fits."
-    _, lost = _trade(best, stock, model)
-    deferred = (
-        " (the critic's update deferred: it runs on behind the actor's update, the weight sync and the next "
-        "step's generation)"
-        if best.deferred
-        else ""
-    )
-    return (
-        f"the critic's values and update take {stock.prediction.critic_busy_s:.2f} s of each stock step; beside "
-        f"the actor{deferred} they add only {_critic_extra(p, model):.2f} s, while the actor's side loses "
-        f"{lost:.2f} s on {p.actor_gpus} instead of {stock.prediction.actor_gpus} GPUs."
-    )
-
-
-def _shared_reason(best: Candidate, candidates: list[Candidate], model: CostModel) -> str:
-    """Why a shared-rollout variant wins: what generation gains on the critic's GPUs, against what it costs."""
-    p = best.prediction
-    costs = p.shared
-    assert costs is not None and costs.push_s is not None  # only a ranked variant is recommended
-    a, c = p.actor_gpus, p.critic_gpus
-    gen_alone = model.lane_time("gen", a)
-    serial = model.lanes["gen"].serial_s if "gen" in model.lanes else 0.0
-    runner = next((cand for cand in candidates if not cand.shared_rollout), None)
-    versus = (
-        f"; {p.step_s:.2f} s per step against {runner.prediction.step_s:.2f} s for the best placement without it, "
-        f"{runner.name}"
-        if runner is not None
-        else ""
-    )
-    return (
-        f"with rollout replicas on the critic pool too, generation runs on all {a + c} GPUs: "
-        f"{p.phases['gen']:.2f} s instead of {gen_alone:.2f} s on the actor pool's {a} (at most gen x C/(A+C) = "
-        f"{gen_alone * c / (a + c):.2f} s could go; its serial part, the long tail, {serial:.2f} s, stays), for a "
-        f"weight push of {costs.push_s:.2f} s ({costs.push_basis}) and a critic offload of {costs.offload_s:.2f} s "
-        f"({costs.offload_basis}){versus}. This is the model's prediction only: shared rollout has not been "
-        "measured on GPUs by us, so check it with a run."
-    )
-
-
-def _critic_extra(p: Prediction, model: CostModel) -> float:
-    """What the critic's lanes add to a split step beyond the actor's: the part the overlaps do not hide."""
-    return max(p.step_s - model.fixed_s - p.actor_busy_s, 0.0)
-
-
-def _trade(split: Candidate, stock: Candidate, model: CostModel) -> tuple[float, float]:
-    """(saved, lost): stock step - split step == saved - lost.
-
-    saved: the critic's time on stock's critical path, less what it still adds beside the actor;
-    lost: how much longer the actor's lanes take on the split's smaller pool.
-    """
-    s, p = stock.prediction, split.prediction
-    critic_stock = s.critic_busy_s
-    saved = critic_stock - _critic_extra(p, model)
-    lost = p.actor_busy_s - s.actor_busy_s
-    return saved, lost
-
-
-def caveat(candidates: list[Candidate], step_cv: float) -> str | None:
-    """A note when the runner-up is within the runs' step-to-step spread of the recommendation."""
-    if len(candidates) < 2 or candidates[0].prediction.step_s <= 0:
-        return None
-    gap = candidates[1].prediction.step_s / candidates[0].prediction.step_s - 1.0
-    if gap < step_cv:
-        return (
-            f"the runner-up, {candidates[1].name}, is predicted only {_pct(gap)} slower, within the runs' "
-            f"step-to-step spread ({_pct(step_cv)}): measure both before choosing."
-        )
-    return None

@@ -25,6 +25,13 @@ Composition (HybridFlow's ``d_cost``, EuroSys'25 §6, with the overlaps verl-spl
       gen(A) + max([old_log_prob+ref](A), excess + values(C)) + actor_update(A) + fixed
       excess = max(0, critic_update(C) - (actor_update(A) + weight sync + gen(A)))
 
+* split with both (:mod:`verl_split.tools.advise.late_join`): the actor pool generates at once, the critic
+  pool joins when the rest of its update and the push are done, ``j = max(0, e - sync) + push`` into
+  generation with ``e = max(0, critic_update(C) - actor_update(A))``::
+
+      gen = gen(A) if gen(A) <= j else j + (1 - j / gen(A)) x gen(A + C)
+      gen + prep(what is left of the critic's update, if it never joined) + actor_update(A) + fixed
+
 Scaling of each lane (one pool's work in one phase) with its pool's GPU count ``n``:
 ``t(n) = serial + parallel / n`` (Amdahl), fitted by least squares in ``1/n`` when the runs show the lane
 at two or more pool sizes. With one size only, linear scaling is *assumed* (``serial = 0``): the output says
@@ -40,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_split.tools.advise.deferral import DeferralCosts, DeferredCritic, defer
+from verl_split.tools.advise.late_join import LateJoin
 from verl_split.tools.advise.runs import LANE_POOL, LANES, Run
 from verl_split.tools.advise.shared import SharedRolloutCosts
 
@@ -122,7 +130,9 @@ class CostModel:
             "step": "gen + prep + updates + fixed; colocated phases add up, split pools take the maximum; "
             "shared rollout: gen on actor + critic GPUs, plus the weight push and the critic offload; "
             "deferred critic update: updates = actor_update, prep = max(old_log_prob+ref, excess + values), "
-            "excess = max(0, critic_update - (actor_update + weight sync + gen))",
+            "excess = max(0, critic_update - (actor_update + weight sync + gen)); both: the critic pool joins "
+            "generation at j = max(0, critic_update - actor_update - weight sync) + push, gen = gen(A) if gen(A) "
+            "<= j else j + (1 - j / gen(A)) x gen(A + C), updates = actor_update",
             "lane_time": "serial_s + parallel_s / pool GPUs",
             "lanes": {lane: model.to_json() for lane, model in self.lanes.items()},
             "fixed_s": self.fixed_s,
@@ -155,6 +165,8 @@ class Prediction:
     shared: SharedRolloutCosts | None = None
     #: Set when the critic's update is deferred into the next step: what hides and what is waited for.
     deferred: DeferredCritic | None = None
+    #: Set with both (shared rollout and the deferral): the critic pool joins generation late.
+    late: LateJoin | None = None
 
     @property
     def actor_busy_s(self) -> float:
@@ -179,14 +191,19 @@ def predict(
     """The step's time on this layout (``critic_gpus`` is ignored when colocated: one pool).
 
     ``shared``: the critic pool generates too (a split only), at these push and offload costs.
-    ``deferral``: the critic's update runs on into the next step (a split with a critic update only; not with
-    ``shared``, whose replicas need the critic pool during generation: the update is joined before them).
+    ``deferral``: the critic's update runs on into the next step (a split with a critic update only).
+    Both, where the critic's update outlasts the actor's: the critic pool joins generation late
+    (:mod:`verl_split.tools.advise.late_join`); elsewhere nothing runs on at the sync, as ``shared`` alone.
     """
     if colocated:
         critic_gpus, shared = actor_gpus, None
     lanes = {
         lane: model.lane_time(lane, actor_gpus if LANE_POOL[lane] == "actor" else critic_gpus) for lane in model.lanes
     }
+    if shared is not None and deferral is not None:
+        if lanes.get("critic_update", 0.0) > lanes.get("actor_update", 0.0) and lanes.get("gen", 0.0) > 0:
+            return _late_join(model, lanes, actor_gpus, critic_gpus, overlaps, shared, deferral)
+        deferral = None  # the critic's update is done by the sync: shared rollout alone
     if shared is not None and "gen" in lanes:
         # Every GPU generates. The lane's serial part (the long tail) stays: the saving is at most
         # gen(A) x C / (A + C), reached only when generation scales linearly.
@@ -224,6 +241,47 @@ def predict(
     else:
         idle = {"actor": _idle(actor_busy, step), "critic": _idle(critic_busy, step)}
     return Prediction(actor_gpus, critic_gpus, colocated, phases, lanes, step, idle, shared, deferred)
+
+
+def _late_join(
+    model: CostModel,
+    lanes: dict[str, float],
+    actor_gpus: int,
+    critic_gpus: int,
+    overlaps: Collection[str],
+    shared: SharedRolloutCosts,
+    deferral: DeferralCosts,
+) -> Prediction:
+    """A split step with shared rollout and the deferral both on: the critic pool joins generation late."""
+    late = LateJoin(
+        actor_update_s=lanes.get("actor_update", 0.0),
+        critic_update_s=lanes["critic_update"],
+        gen_alone_s=lanes["gen"],
+        gen_both_s=model.lane_time("gen", actor_gpus + critic_gpus),
+        sync_s=deferral.sync_s,
+        push_s=shared.push_s or 0.0,  # not known: 0, the step a lower bound (the row is not ranked)
+        offload_s=shared.offload_s,
+        actor_prep_s=lanes.get("actor_prep", 0.0),
+        critic_prep_s=lanes.get("critic_prep", 0.0),
+        prep_overlap="prep" in overlaps,
+        fixed_s=model.fixed_s,
+    )
+    lanes = {**lanes, "gen": late.gen_s}  # the actor pool generates throughout
+    phases = {
+        "gen": late.gen_s,
+        "reward": 0.0,
+        "prep": late.prep_s,
+        "adv": 0.0,
+        "updates": late.actor_update_s,
+        "other": model.fixed_s + late.added_s,
+    }
+    actor_busy = sum(t for lane, t in lanes.items() if LANE_POOL[lane] == "actor")
+    critic_busy = sum(t for lane, t in lanes.items() if LANE_POOL[lane] == "critic")
+    if late.joined:
+        critic_busy += late.gen_s - late.join_s + late.push_s + late.offload_s
+    step = late.step_s
+    idle = {"actor": _idle(actor_busy, step), "critic": _idle(critic_busy, step)}
+    return Prediction(actor_gpus, critic_gpus, False, phases, lanes, step, idle, shared, None, late)
 
 
 def _idle(busy: float, step: float) -> float:

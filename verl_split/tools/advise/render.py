@@ -6,7 +6,7 @@ import os
 import textwrap
 
 from verl_split.dryrun.report import PHASE_COLORS
-from verl_split.tools.advise import deferral
+from verl_split.tools.advise import deferral, late_join
 from verl_split.tools.advise.advice import Advice
 from verl_split.tools.advise.candidates import STOCK
 from verl_split.tools.advise.model import FIT_LINEAR
@@ -97,6 +97,13 @@ def render_text(advice: Advice) -> str:
             "  ",
             "    ",
         )
+    if any(c.both for c in (*advice.candidates, *advice.unranked)):
+        out += _wrap(
+            f"{late_join.TAG}: both switches on: the actor pool generates at once, the critic pool joins when the "
+            "critic's update and the push are done (see assumed: below)",
+            "  ",
+            "    ",
+        )
     out += _shared_rows(advice)
     if advice.rejected:
         out.append(f"  not possible here: {', '.join(name for name, _ in advice.rejected)} (--json says why)")
@@ -104,7 +111,11 @@ def render_text(advice: Advice) -> str:
 
     best = advice.recommended
     shared = " with split_placement.shared_rollout=true" if best.shared_rollout else ""
-    shared += f" with {deferral.PHASE} in VERL_SPLIT_OVERLAP" if best.deferred else ""
+    shared += (
+        (" and" if best.shared_rollout else " with") + f" {deferral.PHASE} in VERL_SPLIT_OVERLAP"
+        if best.deferred
+        else ""
+    )
     out.append(f"recommended: split_placement.placement={best.placement}{shared}")
     out += textwrap.wrap(f"because {advice.reason}", width=WIDTH, initial_indent="  ", subsequent_indent="  ")
     if advice.caveat:
@@ -122,7 +133,7 @@ def render_text(advice: Advice) -> str:
     if advice.choice is not None:
         choice = advice.choice
         out += _wrap(
-            f"deferral or shared rollout: {choice.use}, because {choice.reason}.",
+            f"deferral, shared rollout or both: {choice.use}, because {choice.reason}.",
             "  ",
             "    ",
         )
@@ -152,8 +163,9 @@ def _shared_rows(advice: Advice) -> list[str]:
     if advice.unranked:
         best = advice.recommended.name
         could = [c for c in advice.unranked if advice.break_even_push_s(c) > 0]
+        tags = f"{TAG} and {late_join.TAG}" if any(c.both for c in advice.unranked) else TAG
         out += textwrap.wrap(
-            f"{TAG} not ranked: the weight push is {shared.push_source}. "
+            f"{tags} not ranked: the weight push is {shared.push_source}. "
             + (f"Would beat {best} if the push took under:" if could else f"None would beat {best}, even free."),
             width=WIDTH,
             initial_indent="  ",
@@ -161,9 +173,10 @@ def _shared_rows(advice: Advice) -> list[str]:
         )
         for cand in could:
             p = cand.prediction
+            step = f"{p.step_s:.2f}s with a free push" if cand.both else f"{p.step_s:.2f}s + push"
             out.append(
                 f"     {cand.name:<22} {p.actor_gpus:>5} {p.critic_gpus:>6} {p.phases['gen']:6.2f}s gen, "
-                f"{p.step_s:.2f}s + push: under {advice.break_even_push_s(cand):.2f} s"
+                f"{step}: under {advice.break_even_push_s(cand):.2f} s"
             )
         if could and len(could) < len(advice.unranked):
             out.append(f"    the other {len(advice.unranked) - len(could)} would not, even free (--json lists them)")
@@ -201,8 +214,10 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
             fontsize=8,
         )
     labels = [c.placement if len(c.placement) <= 14 else c.placement.replace(";", ";\n") for c in candidates]
-    labels = [f"{label}\n{TAG}" if c.shared_rollout else label for label, c in zip(labels, candidates, strict=True)]
-    labels = [f"{label}\n{deferral.TAG}" if c.deferred else label for label, c in zip(labels, candidates, strict=True)]
+    labels = [
+        f"{label}\n{c.name[len(c.placement) + 1 :]}" if c.name != c.placement else label
+        for label, c in zip(labels, candidates, strict=True)
+    ]
     labels = [f"{label}\n(stock)" if label == STOCK else label for label in labels]
     ax.set_xticks(range(len(candidates)))
     ax.set_xticklabels(labels, fontsize=7)

@@ -17,6 +17,12 @@ generation is counted on all its GPUs (actor pool + critic pool). Its weight pus
 replicas, ``split/shared_rollout_sync_s``, runs in verl's weight sync, outside the phases timed here, so it
 is taken out of the run's fixed part and kept apart: it is a cost of shared rollout, not of every layout.
 
+With the deferral on too, a critic pool that did not open with the weight sync joins generation late
+(``split/critic_pool_joined``, ``split/critic_pool_join_s``): such a run's generation is counted as the actor
+pool's alone, ``timing_s/gen`` plus what the critic pool saved at the actor pool's rate
+(``split/shared_rollout_saved_s``), on the actor pool's GPUs; its push ran beside generation, so it is in
+neither the fixed part nor the weight sync.
+
 A run with the critic's update deferred (``defer_critic`` in ``VERL_SPLIT_OVERLAP``) logs
 ``split/critic_update_deferred``, ``split/critic_update_hidden_s`` and ``split/critic_join_wait_s``: its
 ``timing_s/update_critic`` is only the dispatch, the critic update's lane is ``split/critic_update_s`` as in
@@ -26,20 +32,32 @@ every split run, and without the preparation overlap the wait at the join (insid
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_split.core import metric_names as names
 from verl_split.dryrun.report import phase_times, steady_steps
 from verl_split.placement import Cluster
 from verl_split.tools.advise.exports import AdviseError
 from verl_split.tools.advise.layout import RunLayout, run_layout
 from verl_split.tools.advise.logs import CSV, read_log
+from verl_split.tools.advise.steps import (
+    HIDDEN_S,
+    JOIN_S,
+    JOIN_WAIT_S,
+    JOINED,
+    PUSH_S,
+    ROLLOUT_SHARE,
+    SAVED_S,
+    SYNC_S,
+    Spread,
+    joined_late,
+    lane_times,
+    number,
+    values,
+)
 
-__all__ = ["AdviseError", "LANES", "Run", "Spread", "lane_times", "read_records", "read_run"]
+__all__ = ["AdviseError", "LANES", "PUSH_S", "SYNC_S", "Run", "Spread", "lane_times", "read_records", "read_run"]
 
 #: The lanes of one PPO step: (name, the pool that runs it, what it is).
 LANES: tuple[tuple[str, str, str], ...] = (
@@ -53,36 +71,6 @@ LANE_POOL = {name: pool for name, pool, _ in LANES}
 LANE_MEANING = {name: meaning for name, _, meaning in LANES}
 #: The phases of :func:`verl_split.dryrun.report.phase_times` that the cost model holds fixed.
 FIXED_PHASES = ("reward", "adv", "other")
-#: Shared rollout's metrics: the share of sequences the critic pool generated, the weight push's seconds.
-ROLLOUT_SHARE = names.CRITIC_POOL_ROLLOUT_SHARE
-PUSH_S = names.SHARED_ROLLOUT_SYNC_S
-
-#: The deferred critic update (``defer_critic``): its flag, its hidden part, the trainer's wait at its join.
-DEFERRED = names.CRITIC_UPDATE_DEFERRED
-HIDDEN_S = names.CRITIC_UPDATE_HIDDEN_S
-JOIN_WAIT_S = names.CRITIC_JOIN_WAIT_S
-#: verl's weight sync after the actor's update (0.8+ and v1; before, it is inside generation).
-SYNC_S = "timing_s/update_weights"
-
-
-@dataclass(frozen=True)
-class Spread:
-    """A quantity over a run's steady steps."""
-
-    mean: float
-    std: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
-        mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-        return cls(mean=mean, std=std, low=min(values), high=max(values), n=len(values))
-
-    def to_json(self) -> dict[str, float]:
-        return {"mean": self.mean, "std": self.std, "min": self.low, "max": self.high, "steps": self.n}
 
 
 @dataclass(frozen=True)
@@ -112,10 +100,16 @@ class Run:
     sync: Spread | None = None
     hidden: Spread | None = None
     join_wait: Spread | None = None
+    #: Both switches on: the critic pool joined generation late (or never) in a step; per step, whether it
+    #: joined, when (the steps that logged it), what it saved at the actor pool's rate.
+    late_join: bool = False
+    joined: Spread | None = None
+    join_at: Spread | None = None
+    saved: Spread | None = None
 
     @property
     def shared_rollout(self) -> bool:
-        """The critic pool generated too: the run's generation ran on all its GPUs."""
+        """The critic pool generated too (from the start; or late, ``late_join``)."""
         return not self.colocated and self.rollout_share is not None and self.rollout_share.mean > 0
 
     @property
@@ -124,7 +118,8 @@ class Run:
         return self.join_wait is not None
 
     def gpus_of(self, lane: str) -> int:
-        if lane == "gen" and self.shared_rollout:
+        # A late join's generation is counted as the actor pool's alone (read_run adds back what it saved).
+        if lane == "gen" and self.shared_rollout and not self.late_join:
             return self.actor_gpus + self.critic_gpus
         return self.actor_gpus if LANE_POOL[lane] == "actor" else self.critic_gpus
 
@@ -132,7 +127,8 @@ class Run:
     def layout(self) -> str:
         if self.colocated:
             return f"one pool of {self.actor_gpus}" + ("" if self.split_metrics else " (stock)")
-        shared = ", shared rollout" if self.shared_rollout else ""
+        shared = ", shared rollout" if self.shared_rollout or self.late_join else ""
+        shared += " joined late" if self.late_join else ""
         deferred = ", critic update deferred" if self.deferred else ""
         return f"{self.actor_gpus} actor + {self.critic_gpus} critic{shared}{deferred}"
 
@@ -161,6 +157,10 @@ class Run:
             "critic_update_deferred": self.deferred,
             "critic_update_hidden_s": spread(self.hidden),
             "critic_join_wait_s": spread(self.join_wait),
+            "late_join": self.late_join,
+            "critic_pool_joined": spread(self.joined),
+            "critic_pool_join_s": spread(self.join_at),
+            "shared_rollout_saved_s": spread(self.saved),
             "notes": list(self.notes),
         }
 
@@ -168,37 +168,6 @@ class Run:
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The training steps of one run's log, any format, one flat dict per step (``step`` included)."""
     return read_log(path).steps
-
-
-def lane_times(step: Mapping[str, Any], join_wait: float | None = None) -> dict[str, float]:
-    """One step's lanes that the step ran: a missing lane (no critic, a critic warm-up step) is left out.
-
-    ``join_wait``: the trainer's wait at this step's values for the previous step's deferred critic update
-    (logged with that step), inside verl's ``timing_s/values`` when values was not overlapped.
-    """
-
-    def get(key: str) -> float | None:
-        return _number(step.get(key))
-
-    def timing(*names: str) -> float | None:
-        values = [get(f"timing_s/{name}") for name in names]
-        present = [v for v in values if v is not None]
-        return sum(present) if present else None
-
-    values = timing("values")
-    if values is not None and join_wait:
-        values = max(values - join_wait, 0.0)
-    lanes = {
-        "gen": get("timing_s/gen"),
-        "actor_prep": get(names.PREP_ACTOR_S) if names.PREP_ACTOR_S in step else timing("old_log_prob", "ref"),
-        "critic_prep": get(names.PREP_CRITIC_S) if names.PREP_CRITIC_S in step else values,
-        "critic_update": get(names.CRITIC_UPDATE_S) if names.CRITIC_UPDATE_S in step else timing("update_critic"),
-    }
-    if names.CRITIC_UPDATE_S in step:  # verl-split timed the updates; no actor time: a critic warm-up step
-        lanes["actor_update"] = get(names.ACTOR_UPDATE_S)
-    else:
-        lanes["actor_update"] = timing("update_actor")
-    return {name: value for name, value in lanes.items() if value is not None}
 
 
 def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
@@ -213,11 +182,15 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
     notes += layout.notes
     per_lane: dict[str, list[float]] = {lane: [] for lane in LANE_POOL}
     previous = {int(s["step"]): s for s in steps}
+    late = [joined_late(step) and not layout.colocated for step in steady]
     for step in steady:
         before = previous.get(int(step["step"]) - 1, {})
-        for lane, value in lane_times(step, _number(before.get(JOIN_WAIT_S))).items():
+        lanes = lane_times(step, number(before.get(JOIN_WAIT_S)))
+        if any(late) and "gen" in lanes:  # the actor pool's generation alone, at the rate it kept
+            lanes["gen"] += number(step.get(SAVED_S)) or 0.0
+        for lane, value in lanes.items():
             per_lane[lane].append(value)
-    missing = [LANE_MEANING[lane] for lane, values in per_lane.items() if not values and lane != "gen"]
+    missing = [LANE_MEANING[lane] for lane, times in per_lane.items() if not times and lane != "gen"]
     if missing and log.format == CSV:  # an export may hold only the columns someone picked
         notes.append(
             f"no {', '.join(missing)} column(s): those lanes are left out (a job without a critic has no critic "
@@ -229,21 +202,35 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
             "advise needs the timing_s/* metrics of verl's PPO trainer."
         )
     times = [phase_times(step) for step in steady]
-    shares = _values(steady, ROLLOUT_SHARE)
-    pushes = [_number(step.get(PUSH_S)) for step in steady]
+    shares = values(steady, ROLLOUT_SHARE)
+    pushes = [number(step.get(PUSH_S)) for step in steady]
     measured_pushes = [push for push in pushes if push is not None]
-    # The push ran in verl's weight sync, which phase_times counts in 'other': out of the fixed part.
-    fixed = [sum(t[p] for p in FIXED_PHASES) - (push or 0.0) for t, push in zip(times, pushes, strict=True)]
-    rollout_share = Spread.of(shares) if shares else None
-    if rollout_share is not None and rollout_share.mean > 0 and not layout.colocated:
+    # The push ran in verl's weight sync, which phase_times counts in 'other' (out of the fixed part), unless
+    # the critic pool joined late: then it ran beside generation.
+    on_path = [0.0 if is_late else (push or 0.0) for push, is_late in zip(pushes, late, strict=True)]
+    fixed = [sum(t[p] for p in FIXED_PHASES) - push for t, push in zip(times, on_path, strict=True)]
+    rollout_share = Spread.of_any(shares)
+    joined, join_at, saved = values(steady, JOINED), values(steady, JOIN_S), values(steady, SAVED_S)
+    if any(late):
+        notes.append(
+            f"shared rollout with the deferred critic update: the critic pool joined generation in "
+            f"{sum(1 for v in joined if v > 0)} of {len(joined)} steps"
+            + (f", {sum(join_at) / len(join_at):.2f} s after its start on average" if join_at else "")
+            + (f", generated {100 * rollout_share.mean:.0f} % of the sequences" if rollout_share else "")
+            + (f" and saved {sum(saved) / len(saved):.2f} s a step at the actor pool's rate" if saved else "")
+            + f"; generation counts as the actor pool's alone on {layout.actor_gpus} GPUs ({SAVED_S} added back)"
+        )
+    elif rollout_share is not None and rollout_share.mean > 0 and not layout.colocated:
         even = layout.critic_gpus / (layout.actor_gpus + layout.critic_gpus)
         notes.append(
             f"shared rollout: the critic pool generated {100 * rollout_share.mean:.0f} % of the sequences "
             f"({100 * even:.0f} % would be an even spread over the GPUs); its generation counts as on all "
             f"{layout.actor_gpus + layout.critic_gpus} GPUs"
         )
-    syncs = [max(value - (push or 0.0), 0.0) for value, push in _pairs(steady, SYNC_S, PUSH_S)]
-    waits, hidden = _values(steady, JOIN_WAIT_S), _values(steady, HIDDEN_S)
+    syncs = [
+        max(v - push, 0.0) for s, push in zip(steady, on_path, strict=True) if (v := number(s.get(SYNC_S))) is not None
+    ]
+    waits, hidden = values(steady, JOIN_WAIT_S), values(steady, HIDDEN_S)
     return Run(
         path=name,
         actor_gpus=layout.actor_gpus,
@@ -252,31 +239,20 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         split_metrics=layout.split_metrics,
         steps=tuple(int(step["step"]) for step in steady),
         first_step=int(steps[0]["step"]),
-        lanes={lane: Spread.of(values) for lane, values in per_lane.items() if values},
+        lanes={lane: Spread.of(times) for lane, times in per_lane.items() if times},
         fixed=Spread.of([max(value, 0.0) for value in fixed]),
         step=Spread.of([t["step"] for t in times]),
         notes=tuple(notes),
         rollout_share=rollout_share,
-        push=Spread.of(measured_pushes) if measured_pushes else None,
+        push=Spread.of_any(measured_pushes),
         format=log.format,
         cluster=layout.cluster,
         layout_source=layout.pools_source,
-        sync=Spread.of(syncs) if syncs else None,
-        hidden=Spread.of(hidden) if hidden else None,
-        join_wait=Spread.of(waits) if waits else None,
+        sync=Spread.of_any(syncs),
+        hidden=Spread.of_any(hidden),
+        join_wait=Spread.of_any(waits),
+        late_join=any(late),
+        joined=Spread.of_any(joined),
+        join_at=Spread.of_any(join_at),
+        saved=Spread.of_any(saved),
     )
-
-
-def _values(steps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
-    return [v for v in (_number(step.get(key)) for step in steps) if v is not None]
-
-
-def _pairs(steps: Sequence[Mapping[str, Any]], key: str, other: str) -> list[tuple[float, float | None]]:
-    """(step[key], step[other] or None) for the steps that have ``key``."""
-    return [(v, _number(s.get(other))) for s in steps if (v := _number(s.get(key))) is not None]
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)

@@ -1,0 +1,131 @@
+"""Why ``verl-split advise`` recommends its first candidate, in one sentence from the model's own terms, and the
+caveat when the runner-up is too close to call. Above ``candidates`` (it reads ranked rows), below ``advice``."""
+
+from __future__ import annotations
+
+from verl_split.tools.advise import late_join
+from verl_split.tools.advise.candidates import STOCK, Candidate
+from verl_split.tools.advise.model import CostModel, Prediction
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f} %"
+
+
+def reason(candidates: list[Candidate], model: CostModel) -> str:
+    """Why the first candidate is recommended, in one sentence, from the model's own terms."""
+    best = candidates[0]
+    stock = next((c for c in candidates if c.placement == STOCK), None)
+    if best.both:
+        return _both_reason(best, candidates)
+    if best.shared_rollout:
+        return _shared_reason(best, candidates, model)
+    if not best.is_split:
+        if not model.has_critic:
+            return "the runs have no critic, so there is nothing to place apart from the actor (GRPO and the like)."
+        split = next((c for c in candidates if c.is_split and not c.shared_rollout), None)
+        if split is None or stock is None:
+            return "no split placement fits this cluster."
+        saved, lost = _trade(split, stock, model)
+        p = split.prediction
+        return (
+            f"under the best split, {split.name}, running the critic beside the actor would save "
+            f"{saved:.2f} s per step but the actor's side would lose {lost:.2f} s on {p.actor_gpus} instead of "
+            f"{stock.prediction.actor_gpus} GPUs, and the critic pool would idle {_pct(p.idle_share['critic'])} "
+            f"of each step ({_pct(p.phases['gen'] / p.step_s)} during generation)."
+        )
+    p = best.prediction
+    if stock is None:
+        return f"{best.placement} is the fastest placement that fits."
+    _, lost = _trade(best, stock, model)
+    deferred = (
+        " (the critic's update deferred: it runs on behind the actor's update, the weight sync and the next "
+        "step's generation)"
+        if best.deferred
+        else ""
+    )
+    return (
+        f"the critic's values and update take {stock.prediction.critic_busy_s:.2f} s of each stock step; beside "
+        f"the actor{deferred} they add only {_critic_extra(p, model):.2f} s, while the actor's side loses "
+        f"{lost:.2f} s on {p.actor_gpus} instead of {stock.prediction.actor_gpus} GPUs."
+    )
+
+
+def _shared_reason(best: Candidate, candidates: list[Candidate], model: CostModel) -> str:
+    """Why a shared-rollout variant wins: what generation gains on the critic's GPUs, against what it costs."""
+    p = best.prediction
+    costs = p.shared
+    assert costs is not None and costs.push_s is not None  # only a ranked variant is recommended
+    a, c = p.actor_gpus, p.critic_gpus
+    gen_alone = model.lane_time("gen", a)
+    serial = model.lanes["gen"].serial_s if "gen" in model.lanes else 0.0
+    runner = next((cand for cand in candidates if not cand.shared_rollout), None)
+    versus = (
+        f"; {p.step_s:.2f} s per step against {runner.prediction.step_s:.2f} s for the best placement without it, "
+        f"{runner.name}"
+        if runner is not None
+        else ""
+    )
+    return (
+        f"with rollout replicas on the critic pool too, generation runs on all {a + c} GPUs: "
+        f"{p.phases['gen']:.2f} s instead of {gen_alone:.2f} s on the actor pool's {a} (at most gen x C/(A+C) = "
+        f"{gen_alone * c / (a + c):.2f} s could go; its serial part, the long tail, {serial:.2f} s, stays), for a "
+        f"weight push of {costs.push_s:.2f} s ({costs.push_basis}) and a critic offload of {costs.offload_s:.2f} s "
+        f"({costs.offload_basis}){versus}. This is the model's prediction only: shared rollout has not been "
+        "measured on GPUs by us, so check it with a run."
+    )
+
+
+def _both_reason(best: Candidate, candidates: list[Candidate]) -> str:
+    """Why both together win: the critic's excess hides behind the actor pool's generation, and the critic pool
+    generates for the rest of it."""
+    p, late = best.prediction, best.prediction.late
+    assert late is not None and p.shared is not None
+    others = [
+        f"{c.name} {c.prediction.step_s:.2f} s"
+        for c in (
+            next((c for c in candidates if c.shared_rollout and not c.deferred), None),
+            next((c for c in candidates if c.deferred and not c.shared_rollout), None),
+            next((c for c in candidates if not c.shared_rollout and not c.deferred), None),
+        )
+        if c is not None
+    ]
+    versus = f" ({', '.join(others)})" if others else ""
+    return (
+        "with shared rollout and the deferred critic update both on, "
+        f"{late_join.describe(late, p.actor_gpus, p.critic_gpus)}; "
+        f"{p.step_s:.2f} s per step against the best with one switch off or neither{versus}. The push is "
+        f"{p.shared.push_basis}. This is the model's prediction only: the combination has run on CPU only, never "
+        "on GPUs, so check it with a run."
+    )
+
+
+def _critic_extra(p: Prediction, model: CostModel) -> float:
+    """What the critic's lanes add to a split step beyond the actor's: the part the overlaps do not hide."""
+    return max(p.step_s - model.fixed_s - p.actor_busy_s, 0.0)
+
+
+def _trade(split: Candidate, stock: Candidate, model: CostModel) -> tuple[float, float]:
+    """(saved, lost): stock step - split step == saved - lost.
+
+    saved: the critic's time on stock's critical path, less what it still adds beside the actor;
+    lost: how much longer the actor's lanes take on the split's smaller pool.
+    """
+    s, p = stock.prediction, split.prediction
+    critic_stock = s.critic_busy_s
+    saved = critic_stock - _critic_extra(p, model)
+    lost = p.actor_busy_s - s.actor_busy_s
+    return saved, lost
+
+
+def caveat(candidates: list[Candidate], step_cv: float) -> str | None:
+    """A note when the runner-up is within the runs' step-to-step spread of the recommendation."""
+    if len(candidates) < 2 or candidates[0].prediction.step_s <= 0:
+        return None
+    gap = candidates[1].prediction.step_s / candidates[0].prediction.step_s - 1.0
+    if gap < step_cv:
+        return (
+            f"the runner-up, {candidates[1].name}, is predicted only {_pct(gap)} slower, within the runs' "
+            f"step-to-step spread ({_pct(step_cv)}): measure both before choosing."
+        )
+    return None
