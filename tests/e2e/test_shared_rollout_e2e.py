@@ -45,10 +45,22 @@ def run_shared(tiny_assets, out: Path, **env: str):
     return run_main_ppo(halves_overrides(tiny_assets, out), out, env=environment)
 
 
+#: Each request takes this much longer on the CPU rollout (test plugin ``SLOW_GENERATE_SLEEP``): 8 requests a
+#: step, 2 s of generation for one server alone.
+GENERATE_SLEEP_S = 0.25
+#: The critic's update takes this much longer: it outlasts the actor's and runs on into the next step's
+#: generation (the deferral, on by default), which the critic pool then joins late (late_join.py).
+CRITIC_SLEEP_S = 1.0
+
+
 @pytest.fixture(scope="module")
 def shared_run(tiny_assets, tmp_path_factory):
+    """Shared rollout with the deferral: step 1's generation on both pools from the start (the first weights are
+    pushed at start-up), step 2's on the actor pool first and on the critic pool once step 1's critic update ends."""
     out = tmp_path_factory.mktemp("shared_rollout")
-    return out, run_shared(tiny_assets, out)
+    return out, run_shared(
+        tiny_assets, out, SLOW_GENERATE_SLEEP=str(GENERATE_SLEEP_S), SLOW_UPDATES_SLEEP_CRITIC=str(CRITIC_SLEEP_S)
+    )
 
 
 def log_lines(log: str, pattern: str) -> list[re.Match]:
@@ -68,6 +80,30 @@ def test_both_pools_generate_every_step(shared_run):
     for step in range(1, HALVES_STEPS + 1):
         for replica in (0, 1):
             assert f"replica {replica} generates with the weights of step {step - 1}" in run.log, (replica, step)
+
+
+def test_the_critic_pool_joins_generation_when_the_critic_update_ends(shared_run):
+    out, run = shared_run
+    run.assert_ok()
+    first, second = run.metrics
+    assert first["split/critic_pool_joined"] == 1.0 and first["split/critic_pool_join_s"] == 0.0  # from the start
+    # Step 2: step 1's critic update ran on (deferred); the actor pool generated meanwhile, the critic pool joined
+    # after it, took what was still queued, and each step says what that saved.
+    assert first["split/critic_update_deferred"] == 1.0
+    assert "shared rollout: the critic pool joined step 2's generation after the critic's update" in run.log
+    assert second["split/critic_pool_joined"] == 1.0
+    assert second["split/critic_pool_join_s"] >= 0.5 * CRITIC_SLEEP_S, second
+    assert 0.0 < second["split/critic_pool_rollout_share"] < first["split/critic_pool_rollout_share"], run.metrics
+    assert second["split/shared_rollout_saved_s"] > 0.0
+    # The critic's update and the critic pool's generation never shared its GPU: as the processes themselves saw
+    # it, every request the critic pool's server (replica 1) generated with step 1's weights began after step 1's
+    # critic update had ended on its worker.
+    records = [json.loads(line) for line in (out / "updates.jsonl").read_text().splitlines()]
+    update_ends = sorted(
+        r["end"] for r in records if r.get("role") == "critic" and r["phase"] == "update" and "end" in r
+    )
+    late = [r["start"] for r in records if r["phase"] == "generate" and r["replica"] == 1 and r["weights"] == 1]
+    assert late and update_ends and min(late) > update_ends[0], (late, update_ends)
 
 
 def test_every_replica_gets_every_step_s_weights(shared_run):

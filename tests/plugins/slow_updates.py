@@ -22,6 +22,8 @@ Environment (``PHASE`` is ``UPDATES`` or ``PREP``):
 - ``SLOW_{PHASE}_KILL``: ``critic`` or ``actor``: kill that worker's process in that call.
 - ``SLOW_ROLLOUT_KILL``: ``<replica rank>@<step>``: with shared rollout, kill that replica's CPU
   rollout server right after the trainer pushed it the weights of that step.
+- ``SLOW_GENERATE_SLEEP``: seconds each request takes longer on the CPU rollout's servers, so that
+  generation lasts long enough for a critic pool to join it late (``late_join.py``).
 """
 
 from __future__ import annotations
@@ -139,3 +141,24 @@ def _patch_shared_rollout(module):
         return result
 
     module.BothPoolsCheckpointManager.update_weights = update_weights
+
+
+# SLOW_GENERATE_SLEEP: the servers are launched by the trainer-side replica (verl_split/runtime/cpu/rollout.py,
+# ray.remote(CPUGenerationServer)); giving it a subclass there reaches every server, while patching the server's
+# own module in its process would meet it half-imported (as above).
+@wrapt.when_imported("verl_split.runtime.cpu.rollout")
+def _slow_generation(module):
+    delay = float(os.environ.get("SLOW_GENERATE_SLEEP", "0"))
+    if not delay or not hasattr(module, "CPUGenerationServer"):
+        return
+    base = module.CPUGenerationServer
+
+    class SlowGenerationServer(base):
+        def _generate(self, *args, **kwargs):
+            with self._lock:  # one request at a time, as the generation itself: the delays add up
+                start = time.time()
+                time.sleep(delay)
+            _log({"phase": "generate", "replica": self.replica_rank, "weights": self.global_steps, "start": start})
+            return super()._generate(*args, **kwargs)
+
+    module.CPUGenerationServer = SlowGenerationServer

@@ -141,15 +141,21 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
         return server_id, self._servers[server_id]
 
 
-def caps_for_late_join(requests: int, hybrid: list[str], shared: list[str], reach: float) -> dict[str, int]:
+def caps_for_late_join(
+    requests: int, hybrid: list[str], shared: list[str], reach: float, concurrency: int | None = None
+) -> dict[str, int]:
     """In-flight caps for a step whose critic pool joins late.
 
     Each actor-pool server takes ``ceil(requests / (H + reach * C))`` at once and refills as its requests end;
     ``reach`` (0 to 1) is how much of an even share the critic pool took in the last step (1 at first: each
     actor-pool server then runs as many requests at once as under shared rollout without the deferral, never
-    fewer). The critic pool's servers, once open, take up to an even share each.
+    fewer). The critic pool's servers, once open, take up to an even share each. No cap exceeds what a server
+    runs at once (``concurrency``: vLLM's ``max_num_seqs``; 1 for the CPU rollout, which generates one request
+    at a time): more would only wait inside the server, where a late critic pool cannot take them.
     """
     h, c = len(hybrid), len(shared)
     hybrid_cap = max(1, math.ceil(requests / max(h + reach * c, 1e-9)))
     shared_cap = max(1, math.ceil(requests / max(h + c, 1)))
+    if concurrency:
+        hybrid_cap, shared_cap = min(hybrid_cap, concurrency), min(shared_cap, concurrency)
     return {**dict.fromkeys(hybrid, hybrid_cap), **dict.fromkeys(shared, shared_cap)}

@@ -42,7 +42,13 @@ class BothPoolsCheckpointManager:
     """
 
     def __init__(
-        self, trainer: Any, hybrid: Any, shared: Any, balancer: Any | None, requests_per_step: int = 0
+        self,
+        trainer: Any,
+        hybrid: Any,
+        shared: Any,
+        balancer: Any | None,
+        requests_per_step: int = 0,
+        server_concurrency: int | None = None,
     ) -> None:
         self._trainer = trainer
         self.hybrid = hybrid
@@ -52,6 +58,7 @@ class BothPoolsCheckpointManager:
         self._hybrid_servers = [r.server_address for r in hybrid.replicas]
         #: Requests of a step's generation (train batch x rollout.n): what the late join's caps divide.
         self._requests = requests_per_step
+        self._concurrency = server_concurrency  # requests one rollout server runs at once (caps_for_late_join)
         #: How much of an even share the critic pool took in the last late-joined step (caps_for_late_join).
         self._reach = 1.0
         self._late: LateJoin | None = None
@@ -116,7 +123,7 @@ class BothPoolsCheckpointManager:
     def _sync_then_join_late(self, critic_update: Any, global_steps: int | None) -> Any:
         """The actor pool generates at once; the critic pool joins when the critic's update is done."""
         shared = sorted(self._shared_servers)
-        caps = caps_for_late_join(self._requests, self._hybrid_servers, shared, self._reach)
+        caps = caps_for_late_join(self._requests, self._hybrid_servers, shared, self._reach, self._concurrency)
         ray.get(self._balancer.gate.remote(parked=shared, caps=caps))
 
         def join() -> None:
@@ -141,7 +148,7 @@ class BothPoolsCheckpointManager:
         try:
             joined = late.finish() if late is not None else self._shared_awake
         except Exception as exc:
-            raise self._failure(f"joining step {late.global_steps}'s generation late", exc) from exc
+            raise self._failure(f"joining the generation after step {late.global_steps} late", exc) from exc
         self.hybrid.sleep_replicas()
         if self._shared_awake:  # after generation (PPOTrainerSync.on_sample_end): a replica that died shows here
             self._on_shared("putting to sleep after generation", self.shared.sleep_replicas)

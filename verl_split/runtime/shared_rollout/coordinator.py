@@ -162,6 +162,18 @@ def late_join_requests(config: Any) -> int:
     return int(prompts) * int(rollout.n)
 
 
+def server_concurrency(config: Any) -> int | None:
+    """Requests one rollout server runs at once: 1 for verl-split's CPU rollout (one ``generate`` at a time),
+    else the engine's ``max_num_seqs`` when set (vLLM and SGLang read that key; verl's rollout config)."""
+    from verl_split.runtime.cpu.rollout import ROLLOUT_NAME as CPU_ROLLOUT
+
+    rollout = config.actor_rollout_ref.rollout
+    if str(rollout.name) == CPU_ROLLOUT:
+        return 1
+    value = rollout.get("max_num_seqs", None)
+    return int(value) if value else None
+
+
 def attach(trainer: Any, backend: str) -> None:
     """After verl's ``_setup``: start the critic pool's replicas and wire them into the step."""
     from verl.checkpoint_engine.base import CheckpointEngineManager
@@ -183,7 +195,12 @@ def attach(trainer: Any, backend: str) -> None:
     shared = CheckpointEngineManager(config=engine_config, actor_wg=trainer.actor_rollout_wg, replicas=replicas)
     requests = late_join_requests(trainer.config) if balancer is not None else 0
     trainer.checkpoint_manager = BothPoolsCheckpointManager(
-        trainer, trainer.checkpoint_manager, shared, balancer, requests_per_step=requests
+        trainer,
+        trainer.checkpoint_manager,
+        shared,
+        balancer,
+        requests_per_step=requests,
+        server_concurrency=server_concurrency(trainer.config),
     )
     shared.sleep_replicas()
     ranks = [r.replica_rank for r in replicas]

@@ -64,7 +64,8 @@ class LateJoin:
             self._state = "joined"
             logger.info(
                 "shared rollout: the critic pool joined step %s's generation after the critic's update "
-                "(woken and pushed the weights in %.1fs)",
+                "(woken and pushed the weights of step %s in %.1fs)",
+                self.global_steps + 1 if isinstance(self.global_steps, int) else "the next",
                 self.global_steps,
                 self.push_s,
             )
