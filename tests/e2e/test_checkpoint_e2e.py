@@ -6,7 +6,9 @@ update runs on into step 3 (``defer_critic``: the save joins it first); then, fr
 only that checkpoint, ``trainer.resume_mode=auto`` for 4 steps in all. Steps 3-4 of the resumed run
 must log what the uninterrupted run logged, and the final weights must be equal: bit for bit on
 ``RayPPOTrainer`` (v0). The CPU rollout seeds its sampling from the global step verl passes with each
-weight sync (or the weights themselves on 0.7), not from a count that restarts on resume.
+weight sync (or the weights themselves on 0.7), not from a count that restarts on resume. On verl's v1
+trainer the runs generate on both pools (shared rollout), and the critic pool joins step 4's generation
+late, after step 3's deferred critic update (``LATE_JOIN``), in the uninterrupted and the resumed run alike.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PPORun, run_main_ppo
+from conftest import PPORun, plugin_env, run_main_ppo
 from families import FAMILY
 
 from verl_split.core import compat
@@ -49,7 +51,14 @@ COMPARED = (
 V1_METRIC_TOL, V1_WEIGHT_TOL = 1e-5, 1e-3
 
 
-def _env() -> dict[str, str]:
+#: On verl's v1 trainer the runs also generate on the critic pool (shared rollout), which joins step 4's generation
+#: late, after step 3's critic update, in both runs (test plugin: slower generation, a slower critic update).
+LATE_JOIN = {"VERL_SPLIT_SHARED_ROLLOUT": "1", "SLOW_GENERATE_SLEEP": "0.25", "SLOW_UPDATES_SLEEP_CRITIC": "1.0"}
+
+
+def _env(out: Path, trainer: str) -> dict[str, str]:
+    if trainer == "v1":
+        return plugin_env(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves", **LATE_JOIN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
     env["VERL_SPLIT"] = "1"
     return env
@@ -66,7 +75,8 @@ def _run(tiny_assets, out: Path, steps: int, trainer: str, ckpt_dir: Path, resum
         f"trainer.default_local_dir={ckpt_dir}",
         f"trainer.resume_mode={'auto' if resume else 'disable'}",
     ]
-    run = run_main_ppo(overrides, out, env=_env(), timeout=420)
+    out.mkdir(parents=True, exist_ok=True)
+    run = run_main_ppo(overrides, out, env=_env(out, trainer), timeout=420)
     run.assert_ok()
     return run
 
@@ -107,6 +117,9 @@ def test_resume_continues_as_the_uninterrupted_run(tiny_assets, tmp_path, traine
 
     expected, got = _by_step(whole), _by_step(resumed)
     assert sorted(got) == list(range(SAVED + 1, STEPS + 1)), f"the resumed run logged steps {sorted(got)}"
+    if trainer == "v1":  # the critic pool joined the last step's generation late, in both runs
+        for run in (expected, got):
+            assert run[STEPS]["split/critic_pool_joined"] == 1.0 and run[STEPS]["split/critic_pool_join_s"] > 0.0
     for step in range(SAVED + 1, STEPS + 1):
         keys = [k for k in COMPARED if k in expected[step]]
         assert "response_length/mean" in keys and "actor/pg_loss" in keys and "critic/vf_loss" in keys, keys

@@ -1,11 +1,13 @@
-"""Ctrl-C during a deferred critic update: the run stops within 30 s and leaves nothing behind.
+"""Ctrl-C during a deferred critic update, or while the critic pool generates after joining late: the run
+stops within 30 s and leaves nothing behind.
 
 Stock ``main_ppo`` on CPU with ``VERL_SPLIT=1`` (every overlap on), in a process group of its own as a
 shell runs a foreground job. The test plugin ``tests/plugins/slow_updates.py`` makes the critic's
 update sleep long inside its worker process and logs when each call starts; once the critic's update
 of step 1 is under way and the actor pool has gone on into step 2 (its old_log_prob started), the
-test sends SIGINT to the whole group, as a terminal's Ctrl-C does. Every process of the run --
-driver, Ray's GCS and raylet, TaskRunner, workers, rollout server -- carries a marker in its
+test sends SIGINT to the whole group, as a terminal's Ctrl-C does. The second scenario (verl 0.9, shared
+rollout) sends it once the critic pool has joined step 2's generation late, its server in a long request.
+Every process of the run -- driver, Ray's GCS and raylet, TaskRunner, workers, rollout server -- carries a marker in its
 environment (Ray hands the driver's environment on to the processes it starts), so "nothing left
 behind" is checked over every process on the machine, not only the driver's descendants (Ray's
 daemons do not stay in the driver's process tree).
@@ -25,6 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import plugin_env
 
+from verl_split.core import compat
 from verl_split.dryrun.recipe import dry_run_overrides, run_environment
 from verl_split.dryrun.runner import main_ppo_command
 
@@ -86,11 +89,49 @@ def _updates_in_flight(log: Path) -> set[str]:
     return set(open_calls.values())
 
 
-def test_ctrl_c_during_deferred_critic_update_stops_the_run_and_leaves_nothing(tiny_assets, tmp_path):
+def _late_join_started(log: Path) -> bool:
+    """The critic pool has joined step 2's generation (shared rollout, late_join.py)."""
+    return log.exists() and "the critic pool joined step 2's generation" in log.read_text(errors="replace")
+
+
+def _deferred_update_under_way(records: Path, log: Path) -> bool:
+    return _updates_in_flight(records) == {"critic"} and _actor_prep_calls(records) >= 2
+
+
+#: (extra environment, when to send Ctrl-C). The deferred critic update still running while the actor pool is
+#: in step 2; and, on verl's v1 trainer, the critic pool generating in step 2 after joining it late.
+SCENARIOS = {
+    "deferred_critic_update": ({"SLOW_UPDATES_SLEEP_CRITIC": str(UPDATE_SLEEP_S)}, _deferred_update_under_way),
+    "critic_pool_joined_late": (
+        {
+            "VERL_SPLIT_SHARED_ROLLOUT": "1",
+            "VERL_SPLIT_PLACEMENT": "halves",
+            "SLOW_UPDATES_SLEEP_CRITIC": "1.0",
+            "SLOW_GENERATE_SLEEP": "3.0",  # 8 requests: step 2's generation lasts well past the join
+            "RAY_DEDUP_LOGS": "0",
+        },
+        lambda records, log: _late_join_started(log),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "deferred_critic_update",
+        pytest.param(
+            "critic_pool_joined_late",
+            marks=pytest.mark.skipif(
+                not compat.verl_in(compat.SHARED_ROLLOUT), reason="shared rollout is on verl 0.9's v1 trainer only"
+            ),
+        ),
+    ],
+)
+def test_ctrl_c_stops_the_run_and_leaves_nothing(tiny_assets, tmp_path, scenario):
     token = uuid.uuid4().hex
     records = tmp_path / "updates.jsonl"
-    slow = {"SLOW_UPDATES_SLEEP_CRITIC": str(UPDATE_SLEEP_S)}
-    env = run_environment(tmp_path, plugin_env(tmp_path, VERL_SPLIT="1", **slow))
+    extra, ready = SCENARIOS[scenario]
+    env = run_environment(tmp_path, plugin_env(tmp_path, VERL_SPLIT="1", **extra))
     env[MARKER] = token
     overrides = dry_run_overrides(tiny_assets, 2, "gae", None, tmp_path, n_gpus_per_node=2)
     log_path = tmp_path / "main_ppo.log"
@@ -109,9 +150,9 @@ def test_ctrl_c_during_deferred_critic_update_stops_the_run_and_leaves_nothing(t
         )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while _updates_in_flight(records) != {"critic"} or _actor_prep_calls(records) < 2:
-            assert proc.poll() is None, f"main_ppo ended before its updates:\n{log_path.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"the updates did not start:\n{log_path.read_text()[-4000:]}"
+        while not ready(records, log_path):
+            assert proc.poll() is None, f"main_ppo ended before {scenario}:\n{log_path.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"no {scenario} came:\n{log_path.read_text()[-4000:]}"
             time.sleep(0.5)
 
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground group
