@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from verl_split.dryrun.recipe import run_environment
-from verl_split.tools.demo import demo_jobs
+from verl_split.dryrun.assets import TinyAssets
+from verl_split.dryrun.recipe import dry_run_overrides, run_environment
+from verl_split.tools.demo import DEMO_CRITIC_EPOCHS, demo_jobs, demo_overrides
 
 pytestmark = pytest.mark.unit
 
@@ -24,3 +25,14 @@ def test_compare_runs_stock_then_split_off_then_split_on(tmp_path):
     assert demo_jobs(tmp_path, compare=True, environ={})[2].env["VERL_SPLIT"] == "1"
     (single,) = demo_jobs(tmp_path, compare=False, environ={"VERL_SPLIT_OVERLAP": "off"})
     assert single.out == tmp_path and single.env == {"VERL_SPLIT_OVERLAP": "off"}
+
+
+def test_the_demos_critic_trains_more_epochs_than_the_actor_in_the_demo_only(tmp_path):
+    """A critic whose update outlasts the actor's, so that the deferral hides part of it; the dry run's recipe,
+    which the tests and benchmarks share, keeps verl's 1 epoch."""
+    assert DEMO_CRITIC_EPOCHS >= 2
+    assert demo_overrides("gae") == [f"critic.ppo_epochs={DEMO_CRITIC_EPOCHS}"]
+    assert demo_overrides("grpo") == []  # no critic
+    assets = TinyAssets(tmp_path, *(tmp_path / name for name in ("model", "critic", "train", "val", "reward.py")))
+    recipe = dry_run_overrides(assets, n_gpus_per_node=2, family="0.9")
+    assert not any("ppo_epochs" in override for override in recipe)

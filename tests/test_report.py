@@ -1,11 +1,11 @@
-"""The reports of a run (verl_split/dryrun/report.py): the phases of a step, the phase table of several
-runs, the plots, and the update table. Plain per-step metrics as verl logs them; no verl run."""
+"""The reports of a run (verl_split/dryrun/report.py, plots.py): the phases of a step, the phase table of
+several runs, the plots, and the update table. Plain per-step metrics as verl logs them; no verl run."""
 
 from __future__ import annotations
 
 import pytest
 
-from verl_split.dryrun import report
+from verl_split.dryrun import plots, report
 
 pytestmark = pytest.mark.unit
 
@@ -91,9 +91,17 @@ def test_phase_table_of_one_single_step_run():
 
 def test_plot_step_times_writes_a_png(tmp_path):
     path = tmp_path / "step_times.png"
-    report.plot_step_times(COLUMNS, path)
+    assert plots.plot_step_times(COLUMNS, path)  # step 1 (16 s) is clipped at 1.3 x the later 14 s
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 10_000
+    assert not plots.plot_step_times([("split", COLUMNS[2][1][:1])], tmp_path / "one.png")  # nothing to clip
+
+
+def test_the_step_plot_leaves_step_1s_start_up_out_of_its_scale():
+    """The demo's step 1 pays ~6 s of start-up against ~0.5 s steps: the axis follows steps 2..N."""
+    assert plots.step_scale({1: [6.0, 6.2], 2: [0.5, 0.45], 3: [0.6, 0.4]}) == pytest.approx(1.3 * 0.6)
+    assert plots.step_scale({1: [0.7], 2: [0.6]}) is None  # step 1 within the later steps' scale: not clipped
+    assert plots.step_scale({1: [6.0]}) is None
 
 
 def test_the_update_table_shows_a_deferred_critic_update():
@@ -113,3 +121,23 @@ def test_the_update_table_shows_a_deferred_critic_update():
     assert rows[0]["wall_s"] == pytest.approx(1.01) and rows[0]["speedup"] == pytest.approx(4.0 / 1.01)
     table = report.summary_table(rows)
     assert "hidden" in table and "1.50s" in table and "0.50s" in table
+    assert "critic pool gen" not in table  # no shared rollout logged: no such columns
+    line = report.deferral_line(rows + report.step_rows([{**deferred, "step": 2, "split/critic_update_deferred": 0}]))
+    assert line.startswith("the critic's update deferred in step 1: of its 3.00 s (1.00 s for the actor's), 1.50 s")
+    assert report.deferral_line(report.step_rows([{**deferred, "split/critic_update_deferred": 0}])) is None
+
+
+def test_the_update_table_shows_shared_rollouts_late_join_when_logged():
+    base = {"split/critic_update_s": 3.0, "split/actor_update_s": 1.0, "split/update_wall_s": 3.0}
+    base.update({"split/critic_update_deferred": 1.0, "timing_s/update_critic": 0.01, "timing_s/update_actor": 1.0})
+    joined = {**base, "step": 2, "split/critic_pool_rollout_share": 0.25, "split/critic_pool_joined": 1.0}
+    joined.update({"split/critic_pool_join_s": 0.42, "split/shared_rollout_saved_s": 0.3})
+    never = {**base, "step": 3, "split/critic_pool_rollout_share": 0.0, "split/critic_pool_joined": 0.0}
+    never["split/shared_rollout_saved_s"] = 0.0
+    rows = report.step_rows([joined, never])
+    assert rows[0]["share"] == 0.25 and rows[0]["join_s"] == 0.42 and "join_s" not in rows[1]
+    lines = report.summary_table(rows).splitlines()
+    assert lines[0].split("|")[-3:] == [" critic pool gen ", " joined at ", "   saved"]
+    assert [c.strip() for c in lines[2].split("|")[-3:]] == ["25 %", "0.42s", "0.30s"]
+    assert [c.strip() for c in lines[3].split("|")[-3:]] == ["0 %", "-", "0.00s"]  # never joined
+    assert "joined at = seconds after the step's first request" in lines[-1]

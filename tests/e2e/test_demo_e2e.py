@@ -21,6 +21,7 @@ from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, read_metrics
 from verl_split.placement import Cluster
 from verl_split.tools.advise.logs import CONSOLE
 from verl_split.tools.advise.runs import read_run
+from verl_split.tools.demo import DEMO_CRITIC_EPOCHS
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +50,11 @@ def test_demo_compare_runs_three_ways_and_keeps_the_console_short(demo):
         assert (folder / "main_ppo.log").stat().st_size > 10_000, "verl's output belongs in the run's log"
     assert not any(key.startswith("split/") for m in read_metrics(out / "stock" / METRICS_FILE) for key in m)
     assert {m["split/overlapped"] for m in read_metrics(out / "sequential" / METRICS_FILE)} == {0.0}
-    assert {m["split/overlapped"] for m in read_metrics(out / METRICS_FILE)} == {1.0}
+    main_run = read_metrics(out / METRICS_FILE)
+    assert {m["split/overlapped"] for m in main_run} == {1.0}
+    # The demo's critic trains DEMO_CRITIC_EPOCHS epochs: its update outlasts the actor's and, deferred, a part
+    # of it runs behind the next step (the last step never defers).
+    assert main_run[0]["split/critic_update_deferred"] == 1.0 and main_run[0]["split/critic_update_hidden_s"] > 0
     for plot in ("step_times.png", "update_times.png"):
         assert (out / plot).stat().st_size > 10_000, plot
 
@@ -57,6 +62,9 @@ def test_demo_compare_runs_three_ways_and_keeps_the_console_short(demo):
     header = ["phase", "stock", "split, overlaps off", "split, overlaps on"]
     assert any([cell.strip() for cell in line.split("|")] == header for line in lines), console
     assert any(line.startswith("speed-up of the whole step, split, overlaps on: ") for line in lines)
+    assert any(line.startswith(f"the job: the critic trains {DEMO_CRITIC_EPOCHS} epochs a step") for line in lines)
+    assert any(line.startswith("the critic's update deferred in step 1: of its ") for line in lines), console
+    assert "step 1's start-up clipped to the later steps' scale" in console
     for tag in ("[1/3] stock verl", "[2/3] split placement, overlaps off", "[3/3] split placement, overlaps on"):
         assert f"{tag}: step {STEPS}/{STEPS} " in console, tag
     assert "ray init kwargs" not in console  # verl's own output stays in the logs
@@ -64,8 +72,9 @@ def test_demo_compare_runs_three_ways_and_keeps_the_console_short(demo):
 
 
 def test_the_demos_stock_run_is_a_sound_ppo_run(demo):
-    """The stock run is the CPU dry run's GAE job on verl's default trainer: the dry run's own checks hold
-    (on 0.9 this is that job's e2e check; test_cpu_dry_run.py runs it on the other families)."""
+    """The stock run is the CPU dry run's GAE job on verl's default trainer, its critic trained
+    DEMO_CRITIC_EPOCHS epochs a step: the dry run's own checks hold (on 0.9 this stands in for that job's
+    e2e check; test_cpu_dry_run.py runs the job itself on the other families)."""
     out, proc = demo
     assert proc.returncode == 0, proc.stdout[-6000:]
     stock = out / "stock"

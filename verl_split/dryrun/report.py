@@ -1,14 +1,13 @@
 """Summaries of a run, from the per-step metrics verl's tracker recorded.
 
 Used by ``verl-split demo`` and the benchmarks: the whole step broken into phases
-(:func:`phase_times`), a console table of the phases of several runs side by side and a PNG
-of each run's phases per step (stacked bars), a per-step table of the update phase for the
-console and a PNG plot of the per-step update times with and without overlap.
+(:func:`phase_times`), a console table of the phases of several runs side by side, a per-step
+table of the update phase for the console (with shared rollout's columns when the run logged
+them) and a line on the deferred critic update. The PNG plots are in :mod:`verl_split.dryrun.plots`.
 """
 
 from __future__ import annotations
 
-import os
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -137,55 +136,6 @@ def phase_table(columns: Sequence[Column]) -> str:
     return "\n".join(lines)
 
 
-def plot_step_times(columns: Sequence[Column], path: str | os.PathLike[str]) -> None:
-    """A PNG: for each PPO step one bar per run, side by side, stacked by phase, the step's time on top."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    per_run = [{int(m["step"]): phase_times(m) for m in metrics} for _, metrics in columns]
-    steps = sorted({step for run in per_run for step in run})
-    shown = [p for p in PHASES if any(t[p] >= MIN_PHASE_S for run in per_run for t in run.values())]
-    # One word per line under each bar: "split, overlaps off" is wider than its bar.
-    labels = [title.replace(",", "").replace(" ", "\n") for title, _ in columns]
-    label_lines = max((label.count("\n") + 1 for label in labels), default=1)
-    slots = len(columns) + 1  # the runs of a step, then a gap before the next step
-    fig, ax = plt.subplots(figsize=(min(4.5 + max(0.6 * slots * len(steps), 4.0), 24.0), 5.0))
-    ticks, tick_labels = [], []
-    for j, step in enumerate(steps):
-        for i, label in enumerate(labels):
-            x = j * slots + i
-            ticks.append(x)
-            tick_labels.append(label)
-            times = per_run[i].get(step)
-            if times is None:
-                continue
-            bottom = 0.0
-            for phase in shown:
-                ax.bar(x, times[phase], 0.8, bottom=bottom, color=PHASE_COLORS[phase])
-                bottom += times[phase]
-            ax.text(x, bottom, f"{times['step']:.1f}s", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(tick_labels, fontsize=8)
-    ax.set_xlim(-1, len(steps) * slots - 1)  # half a gap at either end, also when there is one bar
-    # The step numbers on a second x axis, below the runs' labels.
-    steps_axis = ax.secondary_xaxis("bottom")
-    steps_axis.set_xticks([j * slots + (len(columns) - 1) / 2 for j in range(len(steps))])
-    steps_axis.set_xticklabels([f"step {step}" for step in steps], fontweight="bold")
-    steps_axis.tick_params(length=0, pad=8 + 10 * label_lines)
-    ax.set_ylabel("seconds")
-    ax.set_title("wall time of each PPO step, by phase")
-    # Listed top to bottom as the bars are stacked, beside the plot so that no bar is hidden.
-    handles = [Patch(color=PHASE_COLORS[p], label=f"{p}: {PHASE_MEANINGS[p]}") for p in reversed(shown)]
-    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.margins(y=0.08)  # room for the times above the bars
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def step_rows(metrics: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
     """One row per step that logged verl-split's update metrics.
 
@@ -212,9 +162,23 @@ def step_rows(metrics: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
                 "deferred": float(step.get(names.CRITIC_UPDATE_DEFERRED, 0.0)),
                 "hidden_s": float(step.get(names.CRITIC_UPDATE_HIDDEN_S, 0.0)),
                 "waited_s": float(step.get(names.CRITIC_JOIN_WAIT_S, 0.0)),
+                **_shared_rollout(step),
             }
         )
     return rows
+
+
+def _shared_rollout(step: dict[str, Any]) -> dict[str, float]:
+    """Shared rollout's metrics of a step, only those it logged: the share of requests the critic pool
+    generated, whether and when it joined (seconds after the first request), what it saved, its push."""
+    keys = {
+        "share": names.CRITIC_POOL_ROLLOUT_SHARE,
+        "joined": names.CRITIC_POOL_JOINED,
+        "join_s": names.CRITIC_POOL_JOIN_S,
+        "saved_s": names.SHARED_ROLLOUT_SAVED_S,
+        "push_s": names.SHARED_ROLLOUT_SYNC_S,
+    }
+    return {key: float(step[name]) for key, name in keys.items() if step.get(name) is not None}
 
 
 def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[str, float]] = ()) -> str:
@@ -222,11 +186,14 @@ def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[st
     update deferred, how much of it hid behind the next step and how long its join waited."""
     seq_wall = {row["step"]: row["wall_s"] for row in sequential}
     deferred = any(row.get("deferred") for row in rows)
+    shared = any("share" in row for row in rows)
     header = (
         f"{'step':>4} | {'actor':>7} | {'critic':>7} | {'wall':>7} | {'overlap':>7} | {'speed-up':>8} | {'ideal':>6}"
     )
     if deferred:
         header += f" | {'hidden':>7} | {'waited':>7}"
+    if shared:
+        header += f" | {'critic pool gen':>15} | {'joined at':>9} | {'saved':>7}"
     if seq_wall:
         header += f" | {'wall w/o overlap':>16}"
     lines = [header, "-" * len(header)]
@@ -240,6 +207,8 @@ def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[st
                 line += f" | {row['hidden_s']:6.2f}s | {row['waited_s']:6.2f}s"
             else:
                 line += f" | {'-':>7} | {'-':>7}"
+        if shared:
+            line += _shared_cells(row)
         if seq_wall:
             wall = seq_wall.get(row["step"])
             line += f" | {wall:15.2f}s" if wall is not None else f" | {'-':>16}"
@@ -250,39 +219,36 @@ def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[st
             "dispatch and the actor's update; hidden = the part of the critic's update behind the next step's work, "
             "waited = what the join (the next values) waited for"
         )
+    if shared:
+        lines.append(
+            "shared rollout: critic pool gen = the step's requests its replicas generated; joined at = seconds "
+            "after the step's first request when the critic pool opened (0: from the start; - : it never joined, "
+            "the critic's update outlasted generation); saved = generation time it saved, at the actor pool's rate"
+        )
     return "\n".join(lines)
 
 
-def plot_update_times(
-    rows: Sequence[dict[str, float]], sequential: Sequence[dict[str, float]], path: str | os.PathLike[str]
-) -> None:
-    """A PNG: per step, each update's time and the update phase's wall time with and without overlap."""
-    import matplotlib
+def _shared_cells(row: dict[str, float]) -> str:
+    share = f"{100 * row['share']:.0f} %" if "share" in row else "-"
+    joined = f"{row['join_s']:.2f}s" if "join_s" in row and row.get("joined") != 0.0 else "-"
+    saved = f"{row['saved_s']:.2f}s" if "saved_s" in row else "-"
+    return f" | {share:>15} | {joined:>9} | {saved:>7}"
 
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
 
-    steps = [row["step"] for row in rows]
-    seq_by_step = {row["step"]: row for row in sequential}
-    width = 0.2
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    series = [
-        ("actor update", [r["t_actor_s"] for r in rows], "#d62728"),
-        ("critic update", [r["t_critic_s"] for r in rows], "#e377c2"),
-        ("wall, overlapped", [r["wall_s"] for r in rows], "#1f77b4"),
-    ]
-    if seq_by_step:
-        series.append(
-            ("wall, one after the other", [seq_by_step.get(s, {}).get("wall_s", 0.0) for s in steps], "#7f7f7f")
-        )
-    for i, (label, values, color) in enumerate(series):
-        offset = (i - (len(series) - 1) / 2) * width
-        ax.bar([s + offset for s in steps], values, width, label=label, color=color)
-    ax.set_xlabel("PPO step")
-    ax.set_ylabel("seconds")
-    ax.set_xticks(steps)
-    ax.set_title("verl-split: update phase per step")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def deferral_line(rows: Sequence[dict[str, float]]) -> str | None:
+    """One line on the deferred critic update over the steps that deferred it: how much of the critic's update
+    hid behind the next step, and how much the next values waited for; None if no step deferred it."""
+    deferred = [row for row in rows if row.get("deferred")]
+    if not deferred:
+        return None
+    n = len(deferred)
+    span = f"step {deferred[0]['step']}" if n == 1 else f"steps {deferred[0]['step']}-{deferred[-1]['step']}"
+    critic = sum(row["t_critic_s"] for row in deferred) / n
+    actor = sum(row["t_actor_s"] for row in deferred) / n
+    hidden = sum(row["hidden_s"] for row in deferred) / n
+    waited = sum(row["waited_s"] for row in deferred) / n
+    return (
+        f"the critic's update deferred in {span}: of its {critic:.2f} s ({actor:.2f} s for the actor's), "
+        f"{hidden:.2f} s ran behind the next step's weight sync and generation and the next values waited "
+        f"{waited:.2f} s for the rest (means); the update phase cost the actor's update, not the critic's"
+    )
