@@ -192,7 +192,7 @@ def late_run(path: Path, profile: Profile, a: int, c: int, sync: float, push: fl
     return write_run(path, records)
 
 
-def test_a_late_join_run_gives_the_actor_pools_generation_and_the_push(tmp_path):
+def test_a_late_join_run_gives_the_actor_pools_generation_and_the_push(tmp_path, capsys):
     path = late_run(tmp_path / "both.jsonl", CRITIC_HEAVY, 4, 4, sync=0.5, push=0.8)
     run = read_run(path, CLUSTER)
     assert run.late_join and run.layout.endswith("shared rollout joined late, critic update deferred")
@@ -205,6 +205,9 @@ def test_a_late_join_run_gives_the_actor_pools_generation_and_the_push(tmp_path)
     assert flags["late_join"] and flags["critic_pool_join_s"]["mean"] == pytest.approx(run.join_at.mean)
 
     stock = run_file(tmp_path / "stock.jsonl", CRITIC_HEAVY, n=8)
+    assert main(["advise", str(stock), str(path), *CLUSTER_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "critic pool joined (0/1)" in out and "its join, s into gen" in out and "generation it saved" in out
     advice = advise([stock, path], CLUSTER)
     assert advice.shared.push_s == pytest.approx(0.8) and advice.deferral.sync_s == pytest.approx(0.5)
     assert advice.recommended.both  # the measured push prices the rows
