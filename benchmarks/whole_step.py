@@ -12,7 +12,7 @@ for ``RayPPOTrainer``) in these configurations (``--configs`` picks some):
 - ``split + all``: ``VERL_SPLIT_OVERLAP=on``, also the critic's update left running into the next step
   (``defer_critic``), joined at the next values;
 - ``split + all + shared``: ``on`` with ``VERL_SPLIT_SHARED_ROLLOUT=1``, a rollout replica on the critic's
-  logical GPU too; the weight push joins the deferred critic update before that replica wakes;
+  logical GPU too, which joins each step's generation once the deferred critic update is done;
 - ``split + updates + prep + shared``: shared rollout without the deferral (v1 trainer only, as the one
   above: ``--trainer v0`` leaves both out).
 
@@ -392,17 +392,22 @@ def print_headline(headline: dict) -> None:
     )
 
 
-def deferral_row(reps: list[dict]) -> dict | None:
-    """The update phase with the critic's update deferred against the actor's update alone."""
+def deferral_rows(reps: list[dict]) -> list[dict]:
+    """The update phase with the critic's update deferred against the actor's update alone: without shared
+    rollout (``all``) and with it (``shared``: the critic pool joins generation once the update is done)."""
     ran = reps[0]["metrics"]
-    if "all" not in ran or "sequential" not in ran:
-        return None
+    if "sequential" not in ran:
+        return []
+    return [row for row in (deferral_row(reps, key) for key in ("all", "shared") if key in ran) if row]
+
+
+def deferral_row(reps: list[dict], key: str) -> dict | None:
     per_rep = []
     for rep in reps:
         alone = steady_mean(rep, "sequential", "split/actor_update_s")
-        phase = report.mean_phases(rep["metrics"]["all"])["updates"]
-        hidden = steady_mean(rep, "all", "split/critic_update_hidden_s")
-        waited = steady_mean(rep, "all", "split/critic_join_wait_s")
+        phase = report.mean_phases(rep["metrics"][key])["updates"]
+        hidden = steady_mean(rep, key, "split/critic_update_hidden_s")
+        waited = steady_mean(rep, key, "split/critic_join_wait_s")
         per_rep.append(
             {
                 "update_phase_s": phase,
@@ -412,7 +417,7 @@ def deferral_row(reps: list[dict]) -> dict | None:
                 "join_wait_s": waited,
             }
         )
-    row = {"kind": "deferral", "config": TITLES["all"]}
+    row = {"kind": "deferral", "config": TITLES[key]}
     for name in per_rep[0]:
         row[name] = stats([r[name] for r in per_rep])
     return row
@@ -447,8 +452,7 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
             f"pools busy, {row['config']}: actor {cell_of(row['actor_pool_busy_share'])}, "
             f"critic {cell_of(row['critic_pool_busy_share'])}"
         )
-    deferral = next((r for r in rows if r["kind"] == "deferral"), None)
-    if deferral:
+    for deferral in (r for r in rows if r["kind"] == "deferral"):
         print(
             f"update phase with the critic's update deferred ({deferral['config']}): "
             f"{cell_of(deferral['update_phase_s'])} s against the actor's update alone (split sequential) "
@@ -458,9 +462,13 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
     for key in (k for k in keys if k in SHARED_ROLLOUT):
         share = [steady_mean(rep, key, "split/critic_pool_rollout_share") for rep in reps]
         push = [steady_mean(rep, key, "split/shared_rollout_sync_s") for rep in reps]
+        joined = [steady_mean(rep, key, "split/critic_pool_joined") for rep in reps]
+        join_s = [steady_mean(rep, key, "split/critic_pool_join_s") for rep in reps]
+        saved = [steady_mean(rep, key, "split/shared_rollout_saved_s") for rep in reps]
         print(
-            f"{TITLES[key]}: requests generated on the critic pool {cell(share)}, weight push {cell(push, '.3f')} s "
-            "per step (median [min-max])"
+            f"{TITLES[key]}: requests generated on the critic pool {cell(share)}, weight push {cell(push, '.3f')} s; "
+            f"steps the critic pool joined {cell(joined)}, {cell(join_s)} s after generation began, saving "
+            f"{cell(saved)} s of generation (median [min-max] of the per-step means)"
         )
     if not any(r["kind"] == "phase" for r in rows):
         return
@@ -552,7 +560,7 @@ def main() -> int:
         return 0
     target = {"updates": args.update_ratio, "prep": args.prep_ratio}
     rows = phase_rows(reps, target) + step_rows(reps)
-    rows = [r for r in (headline_row(rows), deferral_row(reps)) if r] + rows
+    rows = [r for r in (headline_row(rows),) if r] + deferral_rows(reps) + rows
     summaries = {}
     for phase, key in overlapped_pairs(reps):
         per_run = {

@@ -25,7 +25,7 @@ from verl_split.core import log
 from verl_split.core.errors import UpdateFailedError
 from verl_split.plugin import wrapping
 from verl_split.runtime.metrics import tracking
-from verl_split.runtime.overlap import deferral, deferral_hooks, prep_hooks, trainers, update_hooks
+from verl_split.runtime.overlap import deferral, deferral_hooks, failure_exit, prep_hooks, trainers, update_hooks
 
 pytestmark = pytest.mark.unit
 
@@ -274,9 +274,9 @@ def test_a_failed_deferred_update_stops_the_run_naming_role_pool_and_step(run, m
 
 def test_a_trainer_stuck_in_one_call_is_ended(run, monkeypatch):
     """A GPU generation can last minutes with no seam passed: the process ends instead of waiting it out."""
-    monkeypatch.setattr(deferral, "ABORT_AFTER_S", 0.3)
+    monkeypatch.setattr(failure_exit, "ABORT_AFTER_S", 0.3)
     ended = threading.Event()
-    monkeypatch.setattr(deferral.os, "_exit", lambda code: ended.set())
+    monkeypatch.setattr(failure_exit.os, "_exit", lambda code: ended.set())
     trainer = FakeTrainer(steps=2)
     trainer.fail_critic_at, trainer.later_gen_s = 1, 10 * WORK_S
     thread = threading.Thread(target=lambda: pytest.raises(UpdateFailedError, run, trainer), daemon=True)
@@ -289,8 +289,8 @@ def test_a_trainer_stuck_in_one_call_is_ended(run, monkeypatch):
 
 def test_a_trainer_stuck_in_one_call_on_the_main_thread_is_interrupted_and_raises_the_failure(run, monkeypatch):
     """verl's TaskRunner runs fit on its actor's main thread: the run ends by the failure, not os._exit."""
-    monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.3)
-    monkeypatch.setattr(deferral.os, "_exit", lambda code: pytest.fail("the process was ended, not interrupted"))
+    monkeypatch.setattr(failure_exit, "INTERRUPT_AFTER_S", 0.3)
+    monkeypatch.setattr(failure_exit.os, "_exit", lambda code: pytest.fail("the process was ended, not interrupted"))
     trainer = FakeTrainer(steps=2)
     trainer.fail_critic_at, trainer.later_gen_s = 1, 30 * WORK_S  # generation of step 2: 6 s in one call
     started = time.monotonic()

@@ -24,12 +24,9 @@ critic's update therefore need not sit on the step's path. With ``defer_critic``
    clear is postponed until the join (the ``transfer_queue.kv_clear`` seam).
 5. A failure of the update is raised on the trainer's thread at the next point it passes (every
    seam here and in the overlaps), naming the role, the pool and the step. Should the trainer sit
-   in one long call instead (a GPU generation), it is interrupted ``INTERRUPT_AFTER_S`` after the
-   failure (``_thread.interrupt_main``: the trainer runs on the main thread of verl's TaskRunner actor,
-   and Ray's ``ray.get`` there returns to Python for it), and ``fit`` raises the failure: the run ends
-   as any verl failure does, Ray tearing down the workers and the rollout servers. Only if that cannot
-   happen (a trainer off the main thread, SIGINT ignored) is the process ended ``ABORT_AFTER_S`` after
-   the failure, with the same message in its log, so a run never burns its GPUs on a dead critic.
+   in one long call instead (a GPU generation), it is interrupted and ``fit`` raises the failure, or,
+   where that cannot land, the process is ended (``failure_exit.py``), so a run never burns its GPUs
+   on a dead critic.
 
 Exactness: the critic's update reads only step k's batch, already sent; values(k+1) runs after it;
 the checkpoint after it. So the numbers are those of the same run without the deferral.
@@ -37,10 +34,8 @@ the checkpoint after it. So the numbers are those of the same run without the de
 
 from __future__ import annotations
 
-import _thread
 import concurrent.futures
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -50,16 +45,9 @@ from typing import Any
 from verl_split.core import metric_names as names
 from verl_split.core.errors import UpdateFailedError
 from verl_split.runtime.metrics import tracking
-from verl_split.runtime.overlap import held_records, lanes
+from verl_split.runtime.overlap import failure_exit, held_records, lanes
 
 logger = logging.getLogger("verl_split.deferral")
-
-#: Seconds after a failed deferred update before the trainer's thread is interrupted, if it has not
-#: reached a point where it raises the failure itself.
-INTERRUPT_AFTER_S = 5.0
-#: Seconds after a failed deferred update before the process is ended, if the interrupt did not end
-#: the run (still inside the 30 s a run has to stop).
-ABORT_AFTER_S = 25.0
 
 
 @dataclass
@@ -79,7 +67,7 @@ class _Deferred:
     join_ended: float = 0.0
     failure: UpdateFailedError | None = None
     raised: bool = False  # the failure reached the trainer's thread
-    interrupted: bool = False  # INTERRUPT_AFTER_S passed: the trainer's thread was sent a KeyboardInterrupt
+    interrupted: bool = False  # failure_exit sent the trainer's thread a KeyboardInterrupt
     done: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -142,7 +130,7 @@ def launch(step: Any, stock_update_critic: Callable[..., Any], args: tuple, kwar
         return value
     deferred = _Deferred(step, args, kwargs, private, result, threading.current_thread())
     deferred.kept = adapter.kept_batch(args, kwargs)
-    result.add_done_callback(lambda _: _watch_failure(deferred))
+    result.add_done_callback(lambda _: failure_exit.watch(deferred, _failure))
     _current = deferred
     return adapter.placeholder(args, kwargs)
 
@@ -273,54 +261,6 @@ def postpone_clear(keys: Any, partition_id: str, clear: Callable[[], Any]) -> bo
         return False
     deferred.postponed.append(clear)
     return True
-
-
-def _watch_failure(deferred: _Deferred) -> None:
-    """On the critic's thread, when its update ends: if it failed, make sure the run ends."""
-    exc = deferred.result.exception()
-    if exc is None:
-        return
-    deferred.failure = deferred.failure or _failure(deferred, exc)
-    logger.error("verl-split: %s", deferred.failure)
-    for delay, then in ((INTERRUPT_AFTER_S, _interrupt_if_unraised), (ABORT_AFTER_S, _abort_if_unraised)):
-        timer = threading.Timer(delay, then, args=(deferred,))
-        timer.daemon = True
-        timer.start()
-
-
-def _interrupt_if_unraised(deferred: _Deferred) -> None:
-    if deferred.raised or deferred.trainer_thread is not threading.main_thread():
-        return
-    logger.error(
-        "verl-split: the trainer has been in one call for %.0fs since the critic's update failed; interrupting it "
-        "so that the run stops (its last checkpoint is intact).",
-        INTERRUPT_AFTER_S,
-    )
-    deferred.interrupted = True
-    _thread.interrupt_main()  # a KeyboardInterrupt on the main thread; wrap_fit turns it into the failure
-
-
-def interrupted_for(exc: BaseException) -> UpdateFailedError | None:
-    """The deferred failure that ``exc`` (a KeyboardInterrupt) was sent to raise, if verl-split sent it."""
-    deferred = _current
-    if isinstance(exc, KeyboardInterrupt) and deferred is not None and deferred.interrupted:
-        deferred.raised = True
-        return deferred.failure
-    return None
-
-
-def _abort_if_unraised(deferred: _Deferred) -> None:
-    if deferred.raised:
-        return
-    logger.error(
-        "verl-split: %s The trainer has been in one call for %.0fs since; ending this process so that the run "
-        "stops (its last checkpoint is intact).",
-        deferred.failure,
-        ABORT_AFTER_S,
-    )
-    held_records.flush_without_critic()
-    logging.shutdown()
-    os._exit(1)
 
 
 def reset() -> None:

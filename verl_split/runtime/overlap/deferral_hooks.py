@@ -12,7 +12,7 @@ from typing import Any
 
 from verl_split.core.errors import UpdateFailedError
 from verl_split.plugin.args import get_argument
-from verl_split.runtime.overlap import deferral, held_records
+from verl_split.runtime.overlap import deferral, failure_exit, held_records
 
 
 def wrap_kv_clear(wrapped, instance, args, kwargs):
@@ -54,7 +54,7 @@ def wrap_fit(wrapped, trainer, args, kwargs):
             raise failure from exc
         raise
     except BaseException as exc:  # Ctrl-C, SystemExit: do not wait for the critic, keep the step's metrics
-        failure = deferral.interrupted_for(exc)  # or verl-split's own interrupt, sent to end a failed run
+        failure = failure_exit.interrupted_for(deferral.current(), exc)  # or ours, sent to end a failed run
         if failure is not None:
             held_records.flush_without_critic()
             raise failure from exc
