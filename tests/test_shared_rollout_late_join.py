@@ -91,8 +91,8 @@ def test_caps_leave_an_even_share_queued_at_first_and_follow_what_the_critic_poo
     assert caps_for_late_join(128, ["h"], ["c"], 1.0) == {"h": 64, "c": 64}
     assert caps_for_late_join(128, ["h"], ["c"], 0.25) == {"h": 103, "c": 64}
     assert caps_for_late_join(12, ["h0", "h1"], ["c0"], 1.0) == {"h0": 4, "h1": 4, "c0": 4}
-    # No more than a server runs at once: the CPU rollout's one request, vLLM's max_num_seqs.
-    assert caps_for_late_join(128, ["h"], ["c"], 1.0, concurrency=1) == {"h": 1, "c": 1}
+    # No more than a server runs at once (the CPU rollout's one request, vLLM's max_num_seqs) and one ready behind.
+    assert caps_for_late_join(128, ["h"], ["c"], 1.0, concurrency=1) == {"h": 2, "c": 2}
     assert caps_for_late_join(128, ["h"], ["c"], 1.0, concurrency=256) == {"h": 64, "c": 64}
 
 

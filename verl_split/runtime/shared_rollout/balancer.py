@@ -151,11 +151,12 @@ def caps_for_late_join(
     actor-pool server then runs as many requests at once as under shared rollout without the deferral, never
     fewer). The critic pool's servers, once open, take up to an even share each. No cap exceeds what a server
     runs at once (``concurrency``: vLLM's ``max_num_seqs``; 1 for the CPU rollout, which generates one request
-    at a time): more would only wait inside the server, where a late critic pool cannot take them.
+    at a time) by more than one: more would only wait inside the server, where a late critic pool cannot take
+    them; the one extra is ready when a request ends, so a server never idles for the balancer's round trip.
     """
     h, c = len(hybrid), len(shared)
     hybrid_cap = max(1, math.ceil(requests / max(h + reach * c, 1e-9)))
     shared_cap = max(1, math.ceil(requests / max(h + c, 1)))
     if concurrency:
-        hybrid_cap, shared_cap = min(hybrid_cap, concurrency), min(shared_cap, concurrency)
+        hybrid_cap, shared_cap = min(hybrid_cap, concurrency + 1), min(shared_cap, concurrency + 1)
     return {**dict.fromkeys(hybrid, hybrid_cap), **dict.fromkeys(shared, shared_cap)}
