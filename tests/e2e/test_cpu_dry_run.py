@@ -70,7 +70,9 @@ def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     check_ppo_run(run, STEPS)
     assert not run.series("critic/vf_loss"), "GRPO must not train a critic"
     run.assert_finite("actor/kl_loss")
-    assert not run.series("split/overlapped")
+    # Nothing to overlap, and the run says so: one line, and split/overlapped 0 in every step.
+    assert run.series("split/overlapped") == [0.0] * STEPS
+    assert "The actor's update runs alone: this run has no critic" in run.log
 
 
 @pytest.mark.extended(
