@@ -6,7 +6,8 @@ last minutes with none, so from the failure on (``watch``, on the critic's threa
 1. ``INTERRUPT_AFTER_S`` later, if it has not been raised, the trainer's thread is interrupted: verl runs ``fit``
    on the main thread of its TaskRunner actor, and ``_thread.interrupt_main`` lands there as a KeyboardInterrupt
    even inside ``ray.get``, which returns to Python for it (measured in a Ray 2.60 actor: 2 s into a 30 s
-   ``ray.get``; a real SIGINT sent to that thread did nothing, Ray's worker ignores it). ``deferral_hooks.wrap_fit``
+   ``ray.get``, also with SIGINT ignored where the run was launched: Ray's worker has Python's own handler; a real
+   SIGINT sent to that thread did nothing). ``deferral_hooks.wrap_fit``
    turns it into the failure (``interrupted_for``), so the run ends as any verl failure does: the driver's
    ``ray.get`` raises, and Ray tears down the workers and the rollout servers.
 2. ``ABORT_AFTER_S`` later, if it still has not been raised (a trainer off the main thread, SIGINT ignored), the
