@@ -45,6 +45,7 @@ def collect_report() -> dict[str, Any]:
         "pending_patches": [],
         "verl_patches": {},  # patches/ in this verl: name -> built in / patched / yes / no
         "loaded_by": None,  # who imported verl-split's bootstrap in this process
+        "optional_targets": {},  # patched modules this environment cannot import: module -> the package missing
         "problems": [],
     }
     accepted = False
@@ -77,10 +78,18 @@ def collect_report() -> dict[str, Any]:
         from verl_split.plugin import activation
 
         # Import every patched module now, as a training run would, so that a seam that
-        # cannot be applied to this verl shows up here instead of in the middle of a run.
+        # cannot be applied to this verl shows up here instead of in the middle of a run. A module
+        # that needs a package verl itself does not (0.7's megatron_workers: megatron-core) is
+        # imported by verl only in runs that use it; without that package it stays pending, said below.
         for seam in seam_catalogue.SEAMS:
             if seam.name in activation.pending_patches():
-                importlib.import_module(seam.target)
+                try:
+                    importlib.import_module(seam.target)
+                except ModuleNotFoundError as exc:
+                    missing = OPTIONAL_TARGETS.get(seam.target)
+                    if missing is None or not (exc.name or "").startswith(missing):
+                        raise
+                    report["optional_targets"][seam.target] = missing
         report["active"] = activation.is_active()
         report["features"] = activation.active_features()
         report["patches"] = activation.applied_patches()
@@ -179,6 +188,11 @@ _PATCH_NOTES = {
 }
 
 
+#: Patched verl modules that import a package verl does not require, which verl imports only in runs that use it:
+#: module -> the top-level package it needs.
+OPTIONAL_TARGETS = {"verl.workers.megatron_workers": "megatron"}
+
+
 def print_text(report: dict[str, Any], where: str) -> None:
     yes_no = {True: "yes", False: "no"}
     print(f"[{where}, pid {report['pid']}]")
@@ -199,6 +213,8 @@ def print_text(report: dict[str, Any], where: str) -> None:
     print(f"  patches applied   {', '.join(report['patches']) or '-'}")
     if report["pending_patches"]:
         print(f"  patches pending   {', '.join(report['pending_patches'])}")
+    for module, missing in report.get("optional_targets", {}).items():
+        print(f"  {'':<17} {module}: not importable here ({missing} missing); patched if a run imports it")
     if report["loaded_by"]:
         print(f"  loaded by         {report['loaded_by']}")
     # The source patches of patches/ (patches/README.md), as this verl's code shows them.
