@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import pytest
+from nested import set_dotted
 
 from verl_split.core import compat, settings
 from verl_split.core.errors import ActivationFailed, PlacementError
@@ -40,11 +41,7 @@ def config(batch: int = 1024, n: int = 8, capacity: Any = 100000, nnodes: int = 
     }
     result["transfer_queue"]["backend"]["SimpleStorage"]["total_storage_size"] = capacity
     for dotted, value in extra.items():
-        node = result
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        set_dotted(result, dotted, value)
     return result
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from nested import set_dotted
 
 from verl_split.core.errors import PlacementError
 from verl_split.placement import plan_from_config, plan_placement, requirements_from_config
@@ -46,11 +47,7 @@ def config(nnodes=1, per_node=8, placement="halves", actor=None, critic=None, pa
     if critic is False:
         cfg["critic"] = {"strategy": "fsdp", "model": {"path": path}, "fsdp": {}}
     for dotted, value in top.items():
-        node = cfg
-        *parents, leaf = dotted.split("__")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        set_dotted(cfg, dotted, value, sep="__")
     return cfg
 
 

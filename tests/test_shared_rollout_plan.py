@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from nested import set_dotted
 from omegaconf import OmegaConf
 
 from verl_split.core import compat, settings
@@ -48,11 +49,7 @@ def config(nnodes: int = 1, per_node: int = 8, tp: int = 1, shared: Any = True, 
     if shared is not None:
         result["split_placement"] = {"shared_rollout": shared}
     for dotted, value in extra.items():
-        node = result
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        set_dotted(result, dotted, value)
     return result
 
 
