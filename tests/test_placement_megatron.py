@@ -13,7 +13,7 @@ import pytest
 from nested import set_dotted
 
 from verl_split.core.errors import PlacementError
-from verl_split.placement import plan_from_config, plan_placement, requirements_from_config
+from verl_split.placement import plan_from_config, plan_placement, render_plan, requirements_from_config
 
 pytestmark = pytest.mark.unit
 
@@ -73,6 +73,28 @@ EP = "expert_model_parallel_size"
 ETP = "expert_tensor_parallel_size"
 VPP = "virtual_pipeline_model_parallel_size"
 DCP = "dynamic_context_parallel"
+
+
+# --------------------------------------------------------------------------- the plan shows each mesh
+
+
+def test_the_picture_shows_each_pools_mesh_and_its_data_parallel_size():
+    planned = plan(config(nnodes=2, actor={TP: 4, PP: 2}, critic={TP: 2}))  # halves: 8 GPUs a pool
+    assert planned.meshes == (
+        "actor   TP=4 x PP=2 x CP=1 on actor_rollout_ref_pool (8 GPUs): data-parallel 1",
+        "critic  TP=2 x PP=1 x CP=1 on critic_pool (8 GPUs): data-parallel 4",
+    )
+    assert "Megatron meshes:\n  actor   TP=4 x PP=2" in render_plan(planned)
+    fsdp_critic = plan(config(nnodes=2, actor={TP: 4}, critic=False))
+    assert [line.split()[0] for line in fsdp_critic.meshes] == ["actor"]
+
+
+def test_a_run_logs_each_mesh(capsys):
+    nodes = pytest.importorskip("verl_split.runtime.placement.nodes")
+    nodes.announce_plan(plan(config(nnodes=2, actor={TP: 4}, critic={TP: 2})))
+    printed = capsys.readouterr().out
+    assert "Megatron mesh: actor TP=4 x PP=1 x CP=1 on actor_rollout_ref_pool (8 GPUs): data-parallel 2" in printed
+    assert "Megatron mesh: critic TP=2 x PP=1 x CP=1 on critic_pool (8 GPUs): data-parallel 4" in printed
 
 
 # --------------------------------------------------------------------------- experts
@@ -219,7 +241,9 @@ def test_dynamic_cp_reports_one_data_parallel_rank(family):
     assert "does not split over its 6 data-parallel ranks" in refused(plain, family)
     dcp = config(nnodes=2, placement="6:2", actor={TP: 2, DCP: True, "max_seqlen_per_dp_cp_rank": 4096},
                  critic=False, **DCP_BATCH)  # fmt: skip
-    assert plan(dcp, family).resource_pool_spec == {"actor_rollout_ref_pool": [6, 6], "critic_pool": [2, 2]}
+    planned = plan(dcp, family)
+    assert planned.resource_pool_spec == {"actor_rollout_ref_pool": [6, 6], "critic_pool": [2, 2]}
+    assert "data-parallel 1 (dynamic context parallelism: verl reports 1)" in planned.meshes[0]
 
 
 @pytest.mark.parametrize(

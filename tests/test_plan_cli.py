@@ -154,3 +154,11 @@ def test_shared_rollout_from_the_environment_and_the_config():
 def test_unquoted_commas_get_a_hint():
     proc = plan("+split_placement.placement=actor,critic")
     assert proc.returncode == 2 and "Quote values with ','" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_megatron_key_on_the_fsdp_config_names_verls_megatron_config():
+    proc = plan("critic.megatron.tensor_model_parallel_size=2")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--config-name ppo_megatron_trainer" in proc.stderr and "model_engine=megatron" in proc.stderr
+    proc = plan("critic.no_such_key=2")
+    assert proc.returncode == 2 and "with a leading '+'" in proc.stderr and "Megatron" not in proc.stderr

@@ -67,6 +67,19 @@ def check_megatron(plan: Plan, req: Requirements, layouts: Callable[[], list[str
     return notes
 
 
+def mesh_lines(plan: Plan, req: Requirements) -> tuple[str, ...]:
+    """Each Megatron role's mesh on its pool and the data-parallel size verl's engine will report."""
+    lines = []
+    for mesh in req.megatron:
+        pool = plan.pool_of(mesh.role)
+        if pool is None:
+            continue
+        dp = mesh.data_parallel_size(pool.size)
+        why = " (dynamic context parallelism: verl reports 1)" if mesh.dynamic_cp else ""
+        lines.append(f"{mesh.role:<7} {mesh.describe()} on {pool.name} ({pool.size} GPUs): data-parallel {dp}{why}")
+    return tuple(lines)
+
+
 def _one_mesh_per_process(where: str, pool: Pool, meshes: list[Mesh], family: str) -> list[str]:
     if len(meshes) < 2:
         return []

@@ -248,6 +248,8 @@ class Plan:
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
     #: Rollout replicas on the critic's pool too, besides the actor's hybrid ones.
     shared_rollout: bool = False
+    #: One line per Megatron role: its mesh on its pool (``placement.megatron.mesh_lines``), for the picture.
+    meshes: tuple[str, ...] = ()
 
     @property
     def resource_pool_spec(self) -> dict[str, list[int]]:

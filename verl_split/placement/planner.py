@@ -13,7 +13,7 @@ from verl_split.core.errors import PlacementError
 from verl_split.placement.batch import batch_message, batch_problems
 from verl_split.placement.checks import check_parallel_sizes, check_same_count_per_node
 from verl_split.placement.groups import lay_groups
-from verl_split.placement.megatron import check_megatron
+from verl_split.placement.megatron import check_megatron, mesh_lines
 from verl_split.placement.model import (
     ACTOR_POOL,
     CRITIC_POOL,
@@ -97,7 +97,7 @@ def plan_placement(
         assert req.batch is not None
         # Without suggestions (a layout probed for a hint) the message is not read: skip its search for sizes.
         raise PlacementError(batch_message(plan, req.batch, found, layouts()) if suggest else "batch")
-    return dataclasses.replace(plan, notes=(*plan.notes, *warnings)) if warnings else plan
+    return dataclasses.replace(plan, notes=(*plan.notes, *warnings), meshes=mesh_lines(plan, req))
 
 
 def _layouts_that_fit(placement: Placement, plan: Plan, req: Requirements, shared_rollout: bool) -> list[str]:

@@ -52,6 +52,9 @@ def render_plan(plan: Plan) -> str:
         where = [f"GPUs {_ranges(actor.gpus)} (actor pool, hybrid)"]
         where += [f"{_ranges(pool.gpus)} (critic pool, shared rollout)" for pool in others]
         lines.append("rollout: " + " and ".join(where))
+    if plan.meshes:
+        lines.append("Megatron meshes:")
+        lines.extend(f"  {line}" for line in plan.meshes)
     lines.append("")
     lines.append(f"resource_pool_spec: {plan.resource_pool_spec}")
     lines.append("mapping:")

@@ -33,11 +33,26 @@ def compose_config(config_name: str, config_path: str | None, overrides: list[st
         with initialize_config_dir(config_dir=config_dir, version_base=None):
             return compose(config_name=config_name, overrides=list(overrides))
     except Exception as exc:  # hydra's own errors: a bad override, a missing config
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        message = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
         raise ConfigError(
             f"could not compose {config_name!r} from {config_dir} with overrides {list(overrides)}: {message}. "
-            "Quote values with ',' or ';' for hydra, e.g. "
-            "'+split_placement.placement=\"actor,rollout,ref:0-5;critic:6-7\"'."
+            + _compose_hint(message, config_name, overrides)
         ) from exc
     finally:
         GlobalHydra.instance().clear()
+
+
+def _compose_hint(message: str, config_name: str, overrides: list[str]) -> str:
+    """What most likely fixes a failed compose: the Megatron config, a `+` for a new key, or quoting."""
+    if "Could not override" in message:
+        if config_name == "ppo_trainer" and any(".megatron." in o.split("=")[0] for o in overrides):
+            # ppo_trainer's roles are FSDP (`model_engine: dp`): their configs have no `megatron` section.
+            return (
+                "Megatron keys need verl's Megatron config: add model_engine=megatron (verl 0.9) or pass "
+                "--config-name ppo_megatron_trainer, as verl's Megatron recipes do."
+            )
+        return "A key the config does not have is added with a leading '+' (hydra); check its spelling."
+    return (
+        "Quote values with ',' or ';' for hydra, e.g. "
+        "'+split_placement.placement=\"actor,rollout,ref:0-5;critic:6-7\"'."
+    )

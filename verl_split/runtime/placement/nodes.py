@@ -60,6 +60,8 @@ def announce_plan(plan: Plan) -> None:
         f"split placement {plan.placement!r} ({plan.source}): resource_pool_spec {plan.resource_pool_spec}, "
         f"mapping {plan.mapping}"
     )
+    for mesh in plan.meshes:
+        announce(f"Megatron mesh: {' '.join(mesh.split())}")
     for note in plan.notes:
         announce(note)
 
