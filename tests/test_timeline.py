@@ -72,3 +72,30 @@ def test_a_file_cut_before_its_closing_bracket_still_holds_every_event(tmp_path)
     text = path.read_text()
     cut = text[: text.rindex("]")]
     assert len(json.loads(cut + "]}")["traceEvents"]) == 4
+
+
+def test_an_unwritable_trace_turns_the_timeline_off_and_the_step_goes_on(tmp_path, monkeypatch, caplog):
+    from verl_split.core import settings
+    from verl_split.runtime.overlap import lanes
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    path = blocker / "timeline.json"  # its folder is a file: every write fails
+    monkeypatch.setenv("VERL_SPLIT", "1")
+    monkeypatch.setenv("VERL_SPLIT_TRACE", str(path))
+    settings.thaw()
+    monkeypatch.setattr(lanes, "_unwritable", set())
+    with caplog.at_level("INFO", logger="verl_split"):
+        lanes.record_interval("update_actor", "actor_rollout_ref_pool", lanes.Interval(1.0, 2.0))
+        lanes.record_interval("update_actor", "actor_rollout_ref_pool", lanes.Interval(3.0, 4.0))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"cannot write the timeline to {path}" in warnings[0]
+    assert "training goes on" in warnings[0]
+
+
+def test_a_relative_trace_reaches_the_workers_as_the_launching_folder_s_path(tmp_path, monkeypatch):
+    from verl_split.core import settings
+
+    monkeypatch.chdir(tmp_path)
+    forwarded = settings.forwarded_env_vars({"VERL_SPLIT": "1", "VERL_SPLIT_TRACE": "out/timeline.json"})
+    assert forwarded["VERL_SPLIT_TRACE"] == str(tmp_path / "out" / "timeline.json")

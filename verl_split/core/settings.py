@@ -189,6 +189,9 @@ def forwarded_env_vars(environ: Mapping[str, str] | None = None) -> dict[str, st
     the raylet's environment, not the launching shell's."""
     env = os.environ if environ is None else environ
     forwarded = {k: v for k, v in env.items() if k.startswith(PREFIX)}
+    trace = forwarded.get("VERL_SPLIT_TRACE", "").strip()
+    if trace:  # the trainer's process may start in another folder, or on another node: keep the user's path
+        forwarded["VERL_SPLIT_TRACE"] = os.path.abspath(trace)
     if read(env).cpu:
         for key, default in CPU_MODE_VARIABLES.items():
             forwarded[key] = env.get(key, default)

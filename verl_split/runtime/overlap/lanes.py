@@ -11,6 +11,9 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +21,8 @@ from typing import Any
 
 from verl_split.core import settings
 from verl_split.runtime.metrics.timeline import Timeline
+
+logger = logging.getLogger("verl_split.timeline")
 
 _flags = threading.local()
 
@@ -63,16 +68,36 @@ def shared_seconds(a: Interval, b: Interval) -> float:
 
 
 _timelines: dict[str, Timeline] = {}
+#: Trace files that could not be written: the timeline is off for them, the run goes on.
+_unwritable: set[str] = set()
 
 
 def record_interval(name: str, lane: str, interval: Interval) -> None:
-    """Add one interval to the ``VERL_SPLIT_TRACE`` timeline, if one is asked for."""
+    """Add one interval to the ``VERL_SPLIT_TRACE`` timeline, if one is asked for.
+
+    A trace is a diagnostic: a file that cannot be written (a read-only or full disk, a folder that is a file)
+    turns the timeline off with one warning and never fails the training step that recorded it.
+    """
     path = settings.current().trace_path
-    if not path:
+    if not path or path in _unwritable:
         return
+    first = path not in _timelines
     timeline = _timelines.setdefault(path, Timeline(path))
     timeline.add(name, lane, interval.start, interval.end)
-    timeline.flush()
+    try:
+        timeline.flush()
+    except OSError as exc:
+        _unwritable.add(path)
+        logger.warning(
+            "VERL_SPLIT_TRACE: cannot write the timeline to %s on %s (%s); no timeline for this run, training "
+            "goes on. Point VERL_SPLIT_TRACE at a writable file on the node verl's TaskRunner runs on.",
+            os.path.abspath(path),
+            socket.gethostname(),
+            exc,
+        )
+        return
+    if first:  # on a cluster the trainer's node is Ray's choice: say where the file is
+        logger.info("timeline: %s on %s", os.path.abspath(path), socket.gethostname())
 
 
 # The preparation's metrics wait on the trainer until the step's update reports them with its own.
