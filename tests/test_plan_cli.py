@@ -1,27 +1,66 @@
-"""``verl-split plan``: the picture, ``--json``, verl's composed config, and bad input (exit 2, no traceback)."""
+"""``verl-split plan``: the picture, ``--json``, verl's composed config, and bad input (exit 2, no traceback).
+
+The command runs in this process (``cli.main``, in the environment the test gives it), each run as its own
+``verl-split plan`` would: a fresh process per call cost 4-10 s of imports each. One test runs the console
+command as a process, to show its exit code and its stderr there.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 from pyrun import clean_env
 
-from verl_split.core import compat
+from verl_split.core import compat, settings
 
 pytestmark = pytest.mark.subprocess
 
 
-def plan(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "verl_split.tools.cli", "plan", *args],
-        env=clean_env(env),
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def plan(*args: str, env: dict[str, str] | None = None) -> Ran:
+    """``verl-split plan ARGS`` with the test process's environment cleaned as a fresh process would get it."""
+    from verl_split.tools import cli
+
+    saved = dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(clean_env(env))
+    settings.thaw()  # the command reads this environment, as a new process would
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(["plan", *args])
+            except SystemExit as exc:  # argparse and the command's own exits
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        settings.thaw()
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def test_the_console_command_exits_2_with_one_line_and_no_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl_split.tools.cli", "plan", "--placement", "halfs"],
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=180,
     )
+    assert proc.returncode == 2 and "halfs" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_picture_spec_and_mapping():

@@ -150,6 +150,25 @@ def test_each_pool_trains_on_its_own_mesh(overlapped_and_sequential, run_name):
     assert dp[0][2] == dp[1][2] == rows_a // 2, found
 
 
+def test_each_pool_is_pinned_and_runs_in_processes_of_its_own(overlapped_and_sequential):
+    """The planned pools, not verl's global_pool: each in its own placement group pinned to its plan node, no
+    worker process shared between the roles (test_split_placement_e2e.py shows the same on 2 GPUs, on 0.9)."""
+    out, run = overlapped_and_sequential["overlap"]
+    run.assert_ok()
+    sites: dict[str, set[tuple[int, str]]] = {"actor": set(), "critic": set()}
+    for record in worker_records(out):
+        if record.get("placement_group"):
+            sites[record["role"]].add((record["pid"], record["placement_group"]))
+    pids = {role: {pid for pid, _ in found} for role, found in sites.items()}
+    groups = {role: {group for _, group in found} for role, found in sites.items()}
+    assert len(pids["actor"]) == len(pids["critic"]) == MESH_GPUS // 2, sites
+    assert not pids["actor"] & pids["critic"] and not groups["actor"] & groups["critic"], sites
+    for pool in ("actor_rollout_ref_pool", "critic_pool"):
+        assert f"Creating resource pool: {pool} with [{MESH_GPUS // 2}] GPUs" in run.log
+        assert f"Pinned resource pool {pool} to plan nodes [0]" in run.log
+    assert "Creating resource pool: global_pool" not in run.log
+
+
 def test_updates_overlap_in_every_step(overlapped_and_sequential):
     out, run = overlapped_and_sequential["overlap"]
     run.assert_ok()
@@ -305,8 +324,16 @@ def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, t
     ("fault", "role", "message"),
     [
         # The critic's update of step 1 runs on into step 2 (defer_critic, part of `on`) and fails there.
-        ("SLOW_UPDATES_FAIL", "critic", "the critic update of step 1 failed on resource pool 'critic_pool'"),
-        # Each lane and each kind of fault in the default suite; the other two combinations: --extended.
+        pytest.param(
+            "SLOW_UPDATES_FAIL",
+            "critic",
+            "the critic update of step 1 failed on resource pool 'critic_pool'",
+            marks=[pytest.mark.extended(reason="how a failed deferred update ends the run is verl-split's own: on 0.9")]
+            if FAMILY in ("0.7", "0.8")
+            else [],
+        ),
+        # On 0.9 each lane and each kind of fault in the default suite; the other two combinations, and on 0.7/0.8
+        # all four (verl-split's own fault handling, the same on every family): --extended.
         pytest.param(
             "SLOW_UPDATES_KILL",
             "actor",
