@@ -201,3 +201,5 @@ def test_a_megatron_key_on_the_fsdp_config_names_verls_megatron_config():
     assert "--config-name ppo_megatron_trainer" in proc.stderr and "model_engine=megatron" in proc.stderr
     proc = plan("critic.no_such_key=2")
     assert proc.returncode == 2 and "with a leading '+'" in proc.stderr and "Megatron" not in proc.stderr
+    proc = plan("model_engine=megatron", "critic.megatron.no_such_key=2")  # the Megatron config, a wrong key
+    assert proc.returncode == 2 and "with a leading '+'" in proc.stderr and "Megatron keys need" not in proc.stderr

@@ -45,7 +45,8 @@ def compose_config(config_name: str, config_path: str | None, overrides: list[st
 def _compose_hint(message: str, config_name: str, overrides: list[str]) -> str:
     """What most likely fixes a failed compose: the Megatron config, a `+` for a new key, or quoting."""
     if "Could not override" in message:
-        if config_name == "ppo_trainer" and any(".megatron." in o.split("=")[0] for o in overrides):
+        keys = [o.split("=")[0] for o in overrides]
+        if config_name == "ppo_trainer" and "model_engine" not in keys and any(".megatron." in k for k in keys):
             # ppo_trainer's roles are FSDP (`model_engine: dp`): their configs have no `megatron` section.
             return (
                 "Megatron keys need verl's Megatron config: add model_engine=megatron (verl 0.9) or pass "
