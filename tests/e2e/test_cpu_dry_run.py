@@ -76,7 +76,7 @@ def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
 
 
 @pytest.mark.extended(
-    reason="RayPPOTrainer: before 0.9 test_ppo_gae_with_critic runs it; on 0.9 test_overlap_e2e.py's v0 runs train it"
+    reason="RayPPOTrainer: before 0.9 test_ppo_gae_with_critic runs it; 0.8.0's release check, a split dry run, too"
 )
 def test_ppo_gae_legacy_trainer_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     """The same PPO through RayPPOTrainer (0.9: ``trainer.use_v1=false``; before 0.9 the only one), 2 logical GPUs."""

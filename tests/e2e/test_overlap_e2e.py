@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import PPORun, plugin_env, run_main_ppo
-from families import DEFAULT_TRAINER, FAMILY, extended_on
+from families import DEFAULT_TRAINER, FAMILY
 
 from verl_split.dryrun.recipe import dry_run_overrides
 
@@ -293,7 +293,10 @@ def test_overlap_changes_no_numbers(overlapped_and_sequential):
     assert_same_numbers(*runs["overlap"], *runs["sequential"], tolerance=TOLERANCE, weight_tolerance=WEIGHT_TOLERANCE)
 
 
-@extended_on(("0.7", "0.8"), "RayPPOTrainer is the default there: the module's runs overlap and keep numbers on it")
+@pytest.mark.extended(
+    reason="RayPPOTrainer's overlaps keep numbers bit for bit in the 0.7 leg (its default trainer: the module's runs); "
+    "0.8.0's release check runs it on the engine workers with every overlap; critic warm-up's line: test_step_aside.py"
+)
 def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, tmp_path_factory):
     """Legacy trainer: step 1 is critic warm-up (critic only), steps 2-3 overlap their updates,
     every step its preparation; and the same job without overlap gives bit-for-bit the same
