@@ -81,20 +81,20 @@ DCP = "dynamic_context_parallel"
 def test_the_picture_shows_each_pools_mesh_and_its_data_parallel_size():
     planned = plan(config(nnodes=2, actor={TP: 4, PP: 2}, critic={TP: 2}))  # halves: 8 GPUs a pool
     assert planned.meshes == (
-        "actor   TP=4 x PP=2 x CP=1 on actor_rollout_ref_pool (8 GPUs): data-parallel 1",
-        "critic  TP=2 x PP=1 x CP=1 on critic_pool (8 GPUs): data-parallel 4",
+        "actor: TP=4 x PP=2 x CP=1 on actor_rollout_ref_pool (8 GPUs): data-parallel 1",
+        "critic: TP=2 x PP=1 x CP=1 on critic_pool (8 GPUs): data-parallel 4",
     )
-    assert "Megatron meshes:\n  actor   TP=4 x PP=2" in render_plan(planned)
+    assert "Megatron meshes:\n  actor: TP=4 x PP=2" in render_plan(planned)
     fsdp_critic = plan(config(nnodes=2, actor={TP: 4}, critic=False))
-    assert [line.split()[0] for line in fsdp_critic.meshes] == ["actor"]
+    assert [line.split(":")[0] for line in fsdp_critic.meshes] == ["actor"]
 
 
 def test_a_run_logs_each_mesh(capsys):
     nodes = pytest.importorskip("verl_split.runtime.placement.nodes")
     nodes.announce_plan(plan(config(nnodes=2, actor={TP: 4}, critic={TP: 2})))
     printed = capsys.readouterr().out
-    assert "Megatron mesh: actor TP=4 x PP=1 x CP=1 on actor_rollout_ref_pool (8 GPUs): data-parallel 2" in printed
-    assert "Megatron mesh: critic TP=2 x PP=1 x CP=1 on critic_pool (8 GPUs): data-parallel 4" in printed
+    assert "Megatron mesh: actor: TP=4 x PP=1 x CP=1 on actor_rollout_ref_pool (8 GPUs): data-parallel 2" in printed
+    assert "Megatron mesh: critic: TP=2 x PP=1 x CP=1 on critic_pool (8 GPUs): data-parallel 4" in printed
 
 
 # --------------------------------------------------------------------------- experts

@@ -76,7 +76,7 @@ def mesh_lines(plan: Plan, req: Requirements) -> tuple[str, ...]:
             continue
         dp = mesh.data_parallel_size(pool.size)
         why = " (dynamic context parallelism: verl reports 1)" if mesh.dynamic_cp else ""
-        lines.append(f"{mesh.role:<7} {mesh.describe()} on {pool.name} ({pool.size} GPUs): data-parallel {dp}{why}")
+        lines.append(f"{mesh.role}: {mesh.describe()} on {pool.name} ({pool.size} GPUs): data-parallel {dp}{why}")
     return tuple(lines)
 
 

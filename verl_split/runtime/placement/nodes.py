@@ -61,7 +61,7 @@ def announce_plan(plan: Plan) -> None:
         f"mapping {plan.mapping}"
     )
     for mesh in plan.meshes:
-        announce(f"Megatron mesh: {' '.join(mesh.split())}")
+        announce(f"Megatron mesh: {mesh}")
     for note in plan.notes:
         announce(note)
 
