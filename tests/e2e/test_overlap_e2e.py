@@ -63,14 +63,21 @@ def worker_records(out: Path) -> list[dict]:
 
 
 def worker_intervals(out: Path, phase: str = "update") -> dict[str, list[tuple[float, float]]]:
-    """Per role, the (start, end) of each call of ``phase`` as the role's first worker process saw it, in order
+    """Per role, the (start, end) of each call of ``phase`` as a rank the trainer collects from saw it, in order
     (every rank of a role runs each call).
 
+    The collected rank, not any rank: on a sequence-parallel mesh verl returns a call's result once the ranks
+    it collects from are done, and the other rank of the group may log its end a few ms after the trainer has
+    started the next call (seen: 2 ms after the actor's update began, in a sequential run).
     These jobs have no reference policy (GAE without a KL term), so each step has one call per
     role and phase: the actor's old_log_prob and the critic's values for ``prep``."""
     records = worker_records(out)
-    first_pid = {}
+    first_pid: dict[str, int] = {}
     for record in records:
+        collected = [c for name, (_, c) in record.get("mesh", {}).items() if name != "rollout"]
+        if collected and all(collected):
+            first_pid.setdefault(record["role"], record["pid"])
+    for record in records:  # a worker that registered no mesh: any of its ranks
         first_pid.setdefault(record["role"], record["pid"])
     calls: dict[str, list[tuple[float, float]]] = {"actor": [], "critic": []}
     for record in records:
