@@ -88,6 +88,9 @@ PATCHED: dict[str, set[str]] = {
     "0.8": _EVERY_FAMILY | _BEFORE_V1,
     "0.9": _EVERY_FAMILY
     | {"verl.trainer.main_ppo_v0:BaseTaskRunner.init_resource_pool_mgr"}
+    # shared rollout on RayPPOTrainer (off unless asked for; the wrappers then call verl straight)
+    | {_RAY_TRAINER + "init_workers", _RAY_TRAINER + "_validate"}
+    | {"verl.workers.rollout.llm_server:LLMServerManager.get_client"}
     | {
         _V1_TRAINER + m
         for m in ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values", "_init_resource_pool_mgr")

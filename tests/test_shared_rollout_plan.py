@@ -243,13 +243,13 @@ def test_a_reward_model_with_its_own_pool_is_not_counted(monkeypatch):
     assert plan_from_config(config(**{f"{rm}.enable": True, f"{rm}.enable_resource_pool": True}), "").shared_rollout
 
 
-# --------------------------------------------------------------------------- d. verl 0.9's v1 sync trainer
+# ------------------------------------------------------------------- d. the v1 trainer in sync mode, or RayPPOTrainer
 
 
-def test_the_legacy_trainer_is_an_error():
-    message = plan_error(config(**{"trainer.use_v1": False}))
-    assert message.startswith("shared rollout runs on verl 0.9's v1 trainer (trainer.use_v1=true, the default)")
-    assert SWITCH_OFF in message
+def test_ray_ppo_trainer_plans_whatever_its_v1_mode_says():
+    """``trainer.use_v1=false``: RayPPOTrainer has no modes, so a v1 mode left in the config is not its."""
+    cfg = config(**{"trainer.use_v1": False, "trainer.v1.trainer_mode": "separate_async"})
+    assert plan_from_config(cfg, "").shared_rollout
 
 
 @pytest.mark.parametrize("mode", ["separate_async", "colocate_async"])
@@ -336,8 +336,8 @@ def test_the_installed_verls_config(monkeypatch):
     base = ["trainer.n_gpus_per_node=8", "+split_placement.shared_rollout=true"]
     plan = plan_from_config(compose_config("ppo_trainer", None, base), "")  # rollout tp 2 by default
     assert [pool.size for pool in plan.rollout_pools] == [4, 4]
+    assert plan_from_config(compose_config("ppo_trainer", None, [*base, "trainer.use_v1=false"]), "").shared_rollout
     for override, fragment in (
-        ("trainer.use_v1=false", "trainer.use_v1=true"),
         ("trainer.v1.trainer_mode=separate_async", "trainer.v1.trainer_mode=separate_async"),
         ("actor_rollout_ref.model.lora_rank=8", "lora.merge=true"),
         ("+split_placement.placement=4:3", "3 GPUs on node 0"),

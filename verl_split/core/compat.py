@@ -40,9 +40,15 @@ BEFORE_V1 = SpecifierSet("<0.9")
 ENGINE_WORKERS = SpecifierSet(">=0.8")
 #: verl 0.7: the legacy ``fsdp_workers`` (``update_critic`` dispatched with ``blocking=False``).
 LEGACY_WORKERS = SpecifierSet("<0.8")
-#: Shared rollout (rollout replicas on the critic pool too): built on verl 0.9's servers added to the
-#: load balancer at run time (``workers/rollout/router.py`` ``add_servers``) and its checkpoint-engine
-#: registry. 0.7.1's balancer has no ``add_servers``; 0.8 has both but the runtime is not built for it.
+#: Shared rollout (rollout replicas on the critic pool too): built on the rollout servers' load balancer
+#: (``workers/rollout/llm_server.py`` ``GlobalRequestLoadBalancer``, moved to ``router.py`` in 0.9.1, with
+#: ``add_servers``), ``RolloutReplica.init_colocated`` and the checkpoint engine's ``CheckpointEngineManager``
+#: with its ``custom_backend_module``. 0.7.1 has none of these (its balancer, ``experimental/agent_loop/
+#: agent_loop.py:58``, has no ``add_servers``; no checkpoint engine). Per trainer:
+#: the v1 trainer (0.9) and ``RayPPOTrainer`` (0.9's ``trainer.use_v1=false``).
+SHARED_ROLLOUT_V1 = SpecifierSet(">=0.9")
+SHARED_ROLLOUT_V0 = SpecifierSet(">=0.9")
+#: Releases where any trainer has it.
 SHARED_ROLLOUT = SpecifierSet(">=0.9")
 #: verl 0.7.1 gathered the reward settings under ``reward`` (``reward.custom_reward_function``,
 #: ``reward.num_workers``); 0.7.0 keeps ``custom_reward_function`` at the top and ``reward_model.num_workers``.

@@ -205,7 +205,9 @@ def shared_rollout_from_config(config: Any, env_value: bool | None = None) -> bo
 
 
 def check_shared_rollout_run(config: Any) -> None:
-    """What shared rollout needs beyond the placement: verl 0.9, its v1 sync trainer, merged LoRA.
+    """What shared rollout needs beyond the placement: a release that has it, the v1 trainer in ``sync`` mode
+    (``RayPPOTrainer`` has no modes; a subclass with a loop of its own is refused where it starts, in
+    ``runtime/shared_rollout/coordinator.check_ray_trainer``), merged LoRA.
 
     The placement's own part (a critic pool holding whole replicas) is ``plan_placement``'s.
     """
@@ -218,14 +220,10 @@ def check_shared_rollout_run(config: Any) -> None:
             f"shared rollout is not on this release (verl {version}): it needs verl 0.9's run-time server "
             f"registration and checkpoint-engine registry; upgrade to verl 0.9.x or {SWITCH_OFF_HINT}."
         )
-    # The runtime adds its replicas to the v1 trainer's rollout; the legacy trainer is a different loop.
-    if select_key(config, "trainer.use_v1", True) is False:
-        raise PlacementError(
-            "shared rollout runs on verl 0.9's v1 trainer (trainer.use_v1=true, the default) for now; this run "
-            f"sets trainer.use_v1=false. Drop that override, or {SWITCH_OFF_HINT}."
-        )
+    # On RayPPOTrainer (trainer.use_v1=false) there is no trainer_mode: the runtime checks its loop instead.
+    v1 = select_key(config, "trainer.use_v1", True) is not False
     mode = str(select_key(config, "trainer.v1.trainer_mode", "sync"))
-    if mode not in SHARED_ROLLOUT_TRAINER_MODES:
+    if v1 and mode not in SHARED_ROLLOUT_TRAINER_MODES:
         raise PlacementError(
             f"shared rollout runs with trainer.v1.trainer_mode={' or '.join(SHARED_ROLLOUT_TRAINER_MODES)} for "
             f"now; this run sets trainer.v1.trainer_mode={mode}, whose trainer schedules its rollout replicas "

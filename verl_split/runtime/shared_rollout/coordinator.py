@@ -55,7 +55,7 @@ from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
 from verl_split.runtime.placement.nodes import announce
 from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
-from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager
+from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager, SharedRolloutError
 
 #: The weight-transfer engine for replicas on other GPUs when the config leaves verl's ``naive``.
 GPU_BACKEND = "nccl"
@@ -103,14 +103,17 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
     if uses_verls_balancer(manager):
         servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True)) | added
         # max_cache_size left to the class's default, DEFAULT_ROUTING_CACHE_SIZE (router.py on 0.9.1,
-        # llm_server.py on 0.9.0): the value verl passes.
+        # llm_server.py on 0.9.0 and 0.8.0): the value verl passes. full_determinism only when set: 0.8.0's
+        # balancer takes no such argument (llm_server.py:60) and its rollout config has no such key.
+        determinism = {"full_determinism": True} if getattr(rollout, "full_determinism", False) else {}
         balancer = (
             ray.remote(SharedRolloutBalancer)
             .options(max_concurrency=MAX_CONCURRENCY)
-            .remote(servers=servers, full_determinism=bool(getattr(rollout, "full_determinism", False)))
+            .remote(servers=servers, **determinism)
         )
         previous, manager.global_load_balancer = manager.global_load_balancer, balancer
-        ray.kill(previous)  # nothing holds it yet: verl hands out clients after the trainer's init
+        # Nothing holds it yet: v1 hands out clients after the trainer's _setup, v0 right after this (start).
+        ray.kill(previous)
         return balancer
     ray.get(manager.global_load_balancer.add_servers.remote(added))
     announce("shared rollout: a custom router routes the requests; split/critic_pool_rollout_share is not measured")
@@ -175,24 +178,55 @@ def server_concurrency(config: Any) -> int | None:
 
 
 def attach(trainer: Any, backend: str) -> None:
-    """After verl's ``_setup``: start the critic pool's replicas and wire them into the step."""
-    from verl.checkpoint_engine.base import CheckpointEngineManager
+    """After verl's v1 ``_setup``: start the critic pool's replicas and wire them into the step."""
+    started = start(trainer)
+    wire(trainer, backend, started)
+
+
+class Started:
+    """The critic pool's replicas, running and routed to, not yet in the weight sync (``start``)."""
+
+    def __init__(self, replicas: list[Any], balancer: Any | None, hybrid: int, replica_gpus: int, seconds: float):
+        self.replicas = replicas
+        self.balancer = balancer  # the counting balancer, or None under a custom router
+        self.hybrid = hybrid  # the actor pool's replicas
+        self.replica_gpus = replica_gpus
+        self.seconds = seconds
+
+
+def start(trainer: Any) -> Started:
+    """Start the critic pool's replicas and route requests to them (``trainer.llm_server_manager``'s balancer).
+
+    v1 (``hooks.wrap_setup``) calls it after ``_setup``, v0 (``hooks.wrap_get_client``) inside ``init_workers``
+    before verl hands its balancer to the agent loop: both before any client holds the balancer.
+    """
     from verl.single_controller.ray.base import split_resource_pool
     from verl.trainer.ppo.utils import Role
-    from verl.utils.config import omega_conf_to_dataclass
 
     # The planner checked the critic's own pool and its whole replicas before Ray started, and again
-    # in this process when _setup installed the plan (pools.install_plan_on_trainer).
+    # in this process when the trainer installed the plan (pools.install_plan_on_trainer).
     manager = trainer.llm_server_manager
     critic_pool = trainer.resource_pool_manager.get_resource_pool(Role.Critic)
     hybrid = manager.get_replicas()
     replica_gpus = hybrid[0].world_size  # verl's own count: tensor x data x pipeline parallel
-    started = time.perf_counter()
+    began = time.perf_counter()
     replicas = _launch(manager, split_resource_pool(critic_pool, replica_gpus), len(hybrid), critic_pool.store[0])
     balancer = _route_to_all(manager, replicas)
+    return Started(replicas, balancer, len(hybrid), replica_gpus, time.perf_counter() - began)
 
+
+def wire(trainer: Any, backend: str, started: Started) -> None:
+    """Put the started replicas into the trainer's weight sync: ``trainer.checkpoint_manager`` on both pools.
+
+    After verl built its own manager (v1 ``_setup``, v0 ``init_workers``) and before the first push.
+    """
+    from verl.checkpoint_engine.base import CheckpointEngineManager
+    from verl.utils.config import omega_conf_to_dataclass
+
+    replicas, balancer = started.replicas, started.balancer
     engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
-    shared = CheckpointEngineManager(config=engine_config, actor_wg=trainer.actor_rollout_wg, replicas=replicas)
+    # By position: 0.9 names the worker group actor_wg, 0.8 trainer (checkpoint_engine/base.py __init__).
+    shared = CheckpointEngineManager(engine_config, trainer.actor_rollout_wg, replicas)
     requests = late_join_requests(trainer.config) if balancer is not None else 0
     trainer.checkpoint_manager = BothPoolsCheckpointManager(
         trainer,
@@ -206,7 +240,62 @@ def attach(trainer: Any, backend: str) -> None:
     ranks = [r.replica_rank for r in replicas]
     announce(
         f"shared rollout: {len(replicas)} rollout replica(s) on the critic pool (replica ranks {ranks}, "
-        f"{replica_gpus} GPU(s) each) beside {len(hybrid)} on the actor pool, started in "
-        f"{time.perf_counter() - started:.1f}s; the actor's weights reach them through checkpoint engine "
+        f"{started.replica_gpus} GPU(s) each) beside {started.hybrid} on the actor pool, started in "
+        f"{started.seconds:.1f}s; the actor's weights reach them through checkpoint engine "
         f"{backend!r} after every update"
     )
+
+
+# ----------------------------------------------------------------------------- RayPPOTrainer (v0)
+
+
+def check_ray_trainer(trainer: Any) -> None:
+    """Refuse a ``RayPPOTrainer`` subclass with a loop of its own: shared rollout joins the stock ``fit``'s.
+
+    verl's asynchronous recipes (``verl/experimental/fully_async_policy``, ``one_step_off_policy``) subclass
+    ``RayPPOTrainer`` and override ``fit``, scheduling their rollout replicas and their weight sync themselves,
+    as the v1 trainer's non-``sync`` modes do (``placement.verl_config.check_shared_rollout_run``).
+    """
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from verl_split.placement.shared import SWITCH_OFF_HINT
+    from verl_split.runtime.overlap.trainers import defining_class
+
+    owner = defining_class(type(trainer), "fit")
+    if owner is not RayPPOTrainer:
+        raise SharedRolloutError(
+            f"shared rollout runs on verl's RayPPOTrainer and its own fit(); {type(trainer).__name__} overrides "
+            f"fit() ({owner.__module__ if owner else '?'}), so its loop schedules the rollout replicas and their "
+            f"weight sync itself. Run the stock trainer (python -m verl.trainer.main_ppo), or {SWITCH_OFF_HINT}."
+        )
+
+
+def never_started(trainer: Any) -> SharedRolloutError:
+    from verl_split.placement.shared import SWITCH_OFF_HINT
+
+    return SharedRolloutError(
+        f"shared rollout: {type(trainer).__name__}.init_workers() never asked its LLMServerManager for a client "
+        "(verl/trainer/ppo/ray_trainer.py hands one to the agent loop), where verl-split starts the critic "
+        "pool's rollout replicas; this verl builds its rollout another way, which verl-split has not been adapted "
+        f"to. Install a tested verl, or {SWITCH_OFF_HINT}."
+    )
+
+
+def report_to_tracker(trainer: Any) -> None:
+    """Add the step's shared-rollout metrics to the step's record in verl's tracker.
+
+    ``BothPoolsCheckpointManager`` leaves them in ``trainer._pending_sync_metrics``, which the v1 trainer merges
+    into the step's metrics itself (``trainer_base.py`` ``_consume_sync_metrics``); ``RayPPOTrainer.fit`` has no
+    such step, so they join the next training step's record (``timing_s/step`` marks one: not a validation
+    record, which ``fit`` logs apart before training) on its way to the tracker.
+    """
+    from verl_split.runtime.metrics import tracking
+
+    def pending(record: dict) -> dict:
+        if "timing_s/step" not in record:
+            return {}
+        metrics = getattr(trainer, "_pending_sync_metrics", None) or {}
+        trainer._pending_sync_metrics = {}
+        return metrics
+
+    tracking.register_source(pending)

@@ -1,4 +1,5 @@
-"""Shared rollout's seam: verl 0.9's v1 trainer (``hooks.py``; what it does: ``coordinator.py``)."""
+"""Shared rollout's seams: verl 0.9's v1 trainer, and ``RayPPOTrainer`` (0.9's ``trainer.use_v1=false``) with its
+``LLMServerManager.get_client`` (``hooks.py``; what they do, the same for both: ``coordinator.py``)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,47 @@ _LLM = "verl.workers.rollout.llm_server:"
 _REPLICA = "verl.workers.rollout.replica:RolloutReplica"
 _CEM = "verl.checkpoint_engine.base:CheckpointEngineManager"
 
+_V0 = "RayPPOTrainer."  # verl/trainer/ppo/ray_trainer.py
+#: What coordinator.py reads of verl's rollout, weight sync and pools, on either trainer.
+_PARTS = (
+    f"{_LLM}GlobalRequestLoadBalancer(servers)",
+    f"{_LLM}GlobalRequestLoadBalancer.acquire_server(request_id@0)",
+    f"{_LLM}GlobalRequestLoadBalancer.add_servers(servers)",
+    f"{_LLM}LLMServerManager.rollout_replica_class",
+    f"{_LLM}LLMServerManager.rollout_config",
+    f"{_LLM}LLMServerManager.model_config",
+    f"{_LLM}LLMServerManager.server_addresses",
+    f"{_LLM}LLMServerManager.server_handles",
+    f"{_LLM}LLMServerManager.global_load_balancer",
+    f"{_LLM}LLMServerManager.get_replicas",
+    f"{_REPLICA}(replica_rank, config, model_config, gpus_per_node)",
+    f"{_REPLICA}.init_colocated",
+    f"{_REPLICA}.world_size",
+    f"{_REPLICA}.server_address",
+    f"{_REPLICA}.server_handle",
+    f"{_REPLICA}.servers",
+    # Built by position (coordinator.wire): the worker group is actor_wg on 0.9, trainer on 0.8.
+    f"{_CEM}(config)",
+    f"{_CEM}.update_weights(global_steps)",
+    f"{_CEM}.sleep_replicas",
+    f"{_CEM}.wake_up_replicas",
+    f"{_CEM}.abort_replicas",
+    f"{_CEM}.resume_generation_replicas",
+    f"{_CEM}.release_kv_cache_replicas",
+    f"{_CEM}.resume_kv_cache_replicas",
+    f"{_CEM}.replicas",
+    "verl.single_controller.ray.base:split_resource_pool",
+    "verl.utils.ray_utils:auto_await",
+    "verl.utils.config:omega_conf_to_dataclass",
+)
+
 SEAMS: tuple[Seam, ...] = (
     Seam(
         "shared_rollout_v1",
         "verl.trainer.ppo.v1.trainer_base",
         "split",
         "shared_rollout",
-        compat.SHARED_ROLLOUT,
+        compat.SHARED_ROLLOUT_V1,
         # coordinator.py, imported only when shared rollout is on.
         needs=(
             f"{_V1}_setup",
@@ -28,37 +63,44 @@ SEAMS: tuple[Seam, ...] = (
             f"{_V1}resource_pool_manager",
             f"{_V1}_pending_sync_metrics",
             f"{_LLM}GlobalRequestLoadBalancer(servers, full_determinism)",
-            f"{_LLM}GlobalRequestLoadBalancer.acquire_server(request_id@0)",
-            f"{_LLM}GlobalRequestLoadBalancer.add_servers(servers)",
-            f"{_LLM}LLMServerManager.rollout_replica_class",
-            f"{_LLM}LLMServerManager.rollout_config",
-            f"{_LLM}LLMServerManager.model_config",
-            f"{_LLM}LLMServerManager.server_addresses",
-            f"{_LLM}LLMServerManager.server_handles",
-            f"{_LLM}LLMServerManager.global_load_balancer",
-            f"{_LLM}LLMServerManager.get_replicas",
-            f"{_REPLICA}(replica_rank, config, model_config, gpus_per_node)",
-            f"{_REPLICA}.init_colocated",
-            f"{_REPLICA}.world_size",
-            f"{_REPLICA}.server_address",
-            f"{_REPLICA}.server_handle",
-            f"{_REPLICA}.servers",
-            f"{_CEM}(config, actor_wg, replicas)",
-            f"{_CEM}.update_weights(global_steps)",
-            f"{_CEM}.sleep_replicas",
-            f"{_CEM}.wake_up_replicas",
-            f"{_CEM}.abort_replicas",
-            f"{_CEM}.resume_generation_replicas",
-            f"{_CEM}.release_kv_cache_replicas",
-            f"{_CEM}.resume_kv_cache_replicas",
-            f"{_CEM}.replicas",
-            "verl.single_controller.ray.base:split_resource_pool",
-            "verl.utils.ray_utils:auto_await",
-            "verl.utils.config:omega_conf_to_dataclass",
+            *_PARTS,
         ),
         wraps=(
             Wrap("PPOTrainer._setup", _HOOKS + "wrap_setup"),
             Wrap("PPOTrainer._validate", _HOOKS + "wrap_validate"),
         ),
+    ),
+    Seam(
+        "shared_rollout_v0",
+        "verl.trainer.ppo.ray_trainer",
+        "split",
+        "shared_rollout",
+        compat.SHARED_ROLLOUT_V0,
+        needs=(
+            f"{_V0}init_workers",
+            f"{_V0}_validate",
+            f"{_V0}fit",
+            f"{_V0}llm_server_manager",
+            f"{_V0}checkpoint_manager",
+            f"{_V0}actor_rollout_wg",
+            f"{_V0}resource_pool_manager",
+            f"{_V0}config",
+            *_PARTS,
+        ),
+        wraps=(
+            Wrap("RayPPOTrainer.init_workers", _HOOKS + "wrap_init_workers"),
+            Wrap("RayPPOTrainer._validate", _HOOKS + "wrap_validate"),
+        ),
+    ),
+    Seam(
+        "shared_rollout_v0_client",
+        "verl.workers.rollout.llm_server",
+        "split",
+        "shared_rollout",
+        compat.SHARED_ROLLOUT_V0,
+        # RayPPOTrainer.init_workers asks for the client right after creating the manager and hands it to the
+        # agent loop's workers (ray_trainer.py:951-963 on 0.9.1, :942-955 on 0.8.0).
+        needs=("LLMServerManager.get_client", "LLMServerManager.global_load_balancer"),
+        wraps=(Wrap("LLMServerManager.get_client", _HOOKS + "wrap_get_client"),),
     ),
 )
