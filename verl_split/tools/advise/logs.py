@@ -12,7 +12,9 @@ Then the steps are made uniform, and what is missing is said with what takes its
 * ``old_log_prob`` (verl 0.1 computes it inside generation): in the generation lane, said;
 * the reward (scored inside generation, or inside the advantages before verl 0.4): held where verl timed it;
 * a record without timings (validation, ``val-core/*`` at step 0) is not a training step; when some steps have
-  a total and others not, those others were cut and are left out.
+  a total and others not, those others were cut and are left out;
+* validation and checkpoints, run every few steps, are taken out of the step's total and kept apart
+  (:mod:`verl_split.tools.advise.periodic`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from verl_split.core import metric_names as names
 from verl_split.tools.advise.console import looks_like_verl, parse_console
 from verl_split.tools.advise.exports import AdviseError, csv_header, parse_csv, parse_jsonl
+from verl_split.tools.advise.periodic import PeriodicWork, set_apart
 
 CONSOLE = "verl console output"
 JSONL = "JSONL (verl's file logger)"
@@ -63,6 +66,9 @@ class Log:
     steps: list[dict[str, Any]]  # the training steps, ``step`` included, sorted
     config: dict[str, Any] | None = None  # the config printed at start-up (console only)
     notes: list[str] = field(default_factory=list)
+    #: Validation and checkpoints, out of the steps' totals (``periodic``).
+    periodic: list[PeriodicWork] = field(default_factory=list)
+    text: str = ""  # the console's text (for the overrides it echoes); "" for JSONL and CSV
 
 
 def read_log(path: str | os.PathLike[str]) -> Log:
@@ -111,7 +117,10 @@ def read_log(path: str | os.PathLike[str]) -> Log:
             raise AdviseError(f"{name}: no whole step to read ({'; '.join(more)}).")
         raise AdviseError(f"{name} is empty: it holds no step's metrics. {FORMATS_HINT}.")
     steps, more = training_steps(records, name, cut)
-    return Log(name, kind, steps, config, notes + more)
+    steps, periodic, apart = set_apart(steps)
+    if not steps:
+        raise AdviseError(f"{name}: every training step validated without a timing_s/testing: no step to read.")
+    return Log(name, kind, steps, config, notes + more + apart, periodic, text if kind == CONSOLE else "")
 
 
 def training_steps(

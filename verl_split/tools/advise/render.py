@@ -47,6 +47,14 @@ def render_text(advice: Advice) -> str:
                 out.append(f"  {label:<26} {spread.mean:8.2f} [{spread.low:.2f}-{spread.high:.2f}]")
         if run.step.n > 1 and run.step.mean > 0:
             out.append(f"  step-to-step spread of the step time: {_pct(run.step.std / run.step.mean)} (std / mean)")
+        for work in run.periodic:
+            spread = run.periodic_spread(work)
+            every = work.every()
+            per_step = f", {spread.mean / every:.2f} s a step on average" if every else ""
+            out.append(
+                f"  {work.what + ', apart':<26} {spread.mean:8.2f} [{spread.low:.2f}-{spread.high:.2f}] on "
+                f"{len(work.steps)} step(s){f', every {every}' if every else ''}{per_step}"
+            )
         for note in run.notes:
             out += _wrap(f"note: {note}", "  ")
         out.append("")

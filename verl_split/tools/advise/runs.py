@@ -41,6 +41,7 @@ from verl_split.placement import Cluster
 from verl_split.tools.advise.exports import AdviseError
 from verl_split.tools.advise.layout import RunLayout, run_layout
 from verl_split.tools.advise.logs import CSV, read_log
+from verl_split.tools.advise.periodic import PeriodicWork
 from verl_split.tools.advise.steps import (
     HIDDEN_S,
     JOIN_S,
@@ -106,6 +107,11 @@ class Run:
     joined: Spread | None = None
     join_at: Spread | None = None
     saved: Spread | None = None
+    #: Validation and checkpoint saves, every few steps: out of the lanes, the fixed part and the spread.
+    periodic: tuple[PeriodicWork, ...] = ()
+
+    def periodic_spread(self, work: PeriodicWork) -> Spread:
+        return Spread.of([work.seconds[n] for n in work.steps])
 
     @property
     def shared_rollout(self) -> bool:
@@ -161,6 +167,16 @@ class Run:
             "critic_pool_joined": spread(self.joined),
             "critic_pool_join_s": spread(self.join_at),
             "shared_rollout_saved_s": spread(self.saved),
+            "kept_apart": {
+                work.what: {
+                    "timer": f"timing_s/{work.timer}",
+                    "steps": list(work.steps),
+                    "every_steps": work.every(),
+                    "seconds": self.periodic_spread(work).to_json(),
+                    "was_in_step_total": [n for n in work.steps if work.inside_total[n]],
+                }
+                for work in self.periodic
+            },
             "notes": list(self.notes),
         }
 
@@ -255,4 +271,5 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         joined=Spread.of_any(joined),
         join_at=Spread.of_any(join_at),
         saved=Spread.of_any(saved),
+        periodic=tuple(log.periodic),
     )
