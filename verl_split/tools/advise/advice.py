@@ -16,6 +16,7 @@ from verl_split.tools.advise.deferral import DeferralCosts, deferral_costs
 from verl_split.tools.advise.late_join import break_even_push
 from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
 from verl_split.tools.advise.reasons import caveat, reason
+from verl_split.tools.advise.requirements import JobRequirements, job_requirements
 from verl_split.tools.advise.runs import LANE_MEANING, AdviseError, Run, read_run
 from verl_split.tools.advise.shared import TAG, SharedRolloutCosts, shared_rollout_costs
 
@@ -38,6 +39,8 @@ class Advice:
     #: The deferred critic update's weight sync, when the cluster has a split to defer on; deferral or shared.
     deferral: DeferralCosts | None = None
     choice: Choice | None = None
+    #: What every candidate had to satisfy, and where it was read from.
+    job: JobRequirements | None = None
 
     @property
     def recommended(self) -> Candidate:
@@ -61,6 +64,7 @@ class Advice:
             "next_run": self.next_run,
             "candidates": [c.to_json() for c in self.candidates],
             "rejected": [{"placement": name, "why": why} for name, why in self.rejected],
+            "job": None if self.job is None else self.job.to_json(),
             "shared_rollout": None
             if self.shared is None
             else {
@@ -93,7 +97,7 @@ class Advice:
 def advise(
     paths: Sequence[str | os.PathLike[str]],
     cluster: Cluster,
-    rollout_tp: int = 1,
+    rollout_tp: int | None = None,
     overlaps: frozenset[str] = OVERLAPS,
     push_s: float | None = None,
     model_params: float | None = None,
@@ -101,6 +105,7 @@ def advise(
 ) -> Advice:
     """Read the runs, fit the cost model and rank every placement the planner accepts on the cluster.
 
+    ``rollout_tp``: ``--rollout-tp``, over what the logs say (their printed config or echoed command).
     ``push_s``, ``model_params``, ``critic_offload_s``: shared rollout's costs where the runs do not measure them.
     """
     if not paths:
@@ -112,8 +117,9 @@ def advise(
     model = build_model(runs)
     shared = shared_rollout_costs(runs, push_s, model_params, critic_offload_s)
     deferral = deferral_costs(runs)
+    job = job_requirements(runs, model.has_critic, rollout_tp)
     everything, rejected = rank(
-        model, cluster, rollout_tp=rollout_tp, overlaps=overlaps, shared=shared, deferral=deferral
+        model, cluster, overlaps=overlaps, shared=shared, deferral=deferral, requirements=job.requirements
     )
     candidates = [c for c in everything if c.ranked]
     unranked = tuple(c for c in everything if not c.ranked)
@@ -132,7 +138,7 @@ def advise(
         reason=reason(candidates, model),
         caveat=caveat(candidates, step_cv),
         assumptions=tuple(
-            _assumptions(model, shared if has_shared else None, rollout_tp, deferral if has_deferral else None)
+            _assumptions(model, shared if has_shared else None, job.rollout_gpus, deferral if has_deferral else None)
         ),
         next_run=_next_run(runs, model, cluster),
         step_cv=step_cv,
@@ -140,6 +146,7 @@ def advise(
         unranked=unranked,
         deferral=deferral if has_deferral else None,
         choice=choose(everything) if has_deferral else None,
+        job=job,
     )
 
 
@@ -169,7 +176,7 @@ def _assumptions(
             if gen is not None and gen.fit == FIT_LINEAR
             else "the fitted serial part, the long tail, does not shrink"
         )
-        where = f"where the critic pool holds whole rollout replicas of {rollout_tp} GPU(s) (--rollout-tp) per node"
+        where = f"where the critic pool holds whole rollout replicas of {rollout_tp} GPU(s) per node"
         lines.append(
             f"shared rollout ({TAG} rows, {where}): generation on all A + C GPUs by the generation lane's model, "
             f"so it saves at most gen(A) x C/(A+C) against the same split ({bound}); plus the weight push to the "

@@ -117,18 +117,23 @@ def rank(
     overlaps: frozenset[str] = OVERLAPS,
     shared: SharedRolloutCosts | None = None,
     deferral: DeferralCosts | None = None,
+    requirements: Requirements | None = None,
 ) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """Every candidate the planner accepts, fastest first; and the rejected ones with the planner's reason.
+
+    ``requirements``: the job's, as the planner reads them from its config (the rollout replica, the batch,
+    Megatron meshes: :mod:`verl_split.tools.advise.requirements`); None: the rollout replica ``rollout_tp`` only.
 
     With ``shared``, each split's shared-rollout variant too; the variants that are not ranked (their push is
     not known) come last, by their lower bound. With ``deferral``, each split's deferred-critic variant; with
     both, where the critic's update outlasts the actor's, each shared split's variant with both on.
     """
-    requirements = Requirements(
-        critic=model.has_critic,
-        critic_reason="the runs measured no critic" if not model.has_critic else "the runs measured a critic",
-        parallel=(ParallelSize("rollout", rollout_tp, "--rollout-tp", within_node=True),) if rollout_tp > 1 else (),
-    )
+    if requirements is None:
+        requirements = Requirements(
+            critic=model.has_critic,
+            critic_reason="the runs measured no critic" if not model.has_critic else "the runs measured a critic",
+            parallel=(ParallelSize("rollout", rollout_tp, "--rollout-tp", within_node=True),) if rollout_tp > 1 else (),
+        )
     layouts: dict[tuple[bool, int, int], list[str]] = {}
     rejected = []
     for name in placement_names(cluster, model.has_critic):

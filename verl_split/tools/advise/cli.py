@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rollout-tp",
         type=int,
         default=None,
-        help="Rollout tensor-parallel size: pools must hold whole replicas (default 1; with --profile, the job's).",
+        help="Rollout tensor-parallel size: pools must hold whole replicas (default: the logs' printed config or "
+        "echoed command, else 1; with --profile, the job's).",
     )
     shared = parser.add_argument_group(
         "shared rollout: the +shared rows (rollout replicas on the critic pool too), what the runs do not measure"
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             if code:
                 return code
         else:
-            paths, rollout_tp = args.runs, args.rollout_tp or 1
+            paths, rollout_tp = args.runs, args.rollout_tp  # None: what the logs say
         advice = advise(
             paths,
             cluster,

@@ -73,14 +73,19 @@ def planned_pools(config: Mapping[str, Any], cluster: Cluster) -> tuple[tuple[in
     return (plan.pools[0].size, critic.size, False), None
 
 
-def run_layout(name: str, step: Mapping[str, Any], config: Mapping[str, Any] | None, flags: Cluster) -> RunLayout:
-    """The run's layout from its last steady step's metrics, its config and the flags; AdviseError on a clash."""
+def run_layout(
+    name: str, step: Mapping[str, Any], config: Mapping[str, Any] | None, flags: Cluster, config_source: str = CONFIG
+) -> RunLayout:
+    """The run's layout from its last steady step's metrics, its config and the flags; AdviseError on a clash.
+
+    ``config``: the printed config, or the overrides the log's command echoed (``config_source`` says which).
+    """
     logged = config_cluster(config)
-    cluster, cluster_source = (logged, CONFIG) if logged is not None else (flags, FLAGS)
+    cluster, cluster_source = (logged, config_source) if logged is not None else (flags, FLAGS)
     notes = []
     if logged is not None and (logged.nnodes, logged.n_gpus_per_node) != (flags.nnodes, flags.n_gpus_per_node):
         notes.append(
-            f"trained on {logged.describe()} ({CONFIG}); advising for {flags.describe()} (the flags): "
+            f"trained on {logged.describe()} ({config_source}); advising for {flags.describe()} (the flags): "
             "the fit is per pool size"
         )
     planned, why_not = planned_pools(config, cluster) if config is not None else (None, None)
@@ -119,7 +124,7 @@ def run_layout(name: str, step: Mapping[str, Any], config: Mapping[str, Any] | N
         asked = "one pool" if planned[2] else f"{planned[0]} actor + {planned[1]} critic GPUs"
         ran = "one pool" if colocated else f"{a} actor + {c} critic GPUs"
         raise AdviseError(
-            f"{name}: the config printed at start-up places the run as {asked} ({config['split_placement']} on "
+            f"{name}: {config_source} places the run as {asked} ({config['split_placement']} on "
             f"{cluster.describe()}), but its metrics say it trained on {ran} ({METRICS}). Check that the file "
             "holds one run; advise trusts neither when they disagree."
         )

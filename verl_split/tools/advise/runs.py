@@ -39,7 +39,8 @@ from typing import Any
 from verl_split.dryrun.report import phase_times, steady_steps
 from verl_split.placement import Cluster
 from verl_split.tools.advise.exports import AdviseError
-from verl_split.tools.advise.layout import RunLayout, run_layout
+from verl_split.tools.advise.job import job_config
+from verl_split.tools.advise.layout import CONFIG, RunLayout, run_layout
 from verl_split.tools.advise.logs import CSV, read_log
 from verl_split.tools.advise.periodic import PeriodicWork
 from verl_split.tools.advise.steps import (
@@ -109,6 +110,9 @@ class Run:
     saved: Spread | None = None
     #: Validation and checkpoint saves, every few steps: out of the lanes, the fixed part and the spread.
     periodic: tuple[PeriodicWork, ...] = ()
+    #: The job's config as the log gives it (printed, else the echoed overrides), and which of the two.
+    job_config: dict[str, Any] | None = field(default=None, compare=False)
+    job_source: str = ""
 
     def periodic_spread(self, work: PeriodicWork) -> Spread:
         return Spread.of([work.seconds[n] for n in work.steps])
@@ -167,6 +171,7 @@ class Run:
             "critic_pool_joined": spread(self.joined),
             "critic_pool_join_s": spread(self.join_at),
             "shared_rollout_saved_s": spread(self.saved),
+            "job_config_source": self.job_source or None,
             "kept_apart": {
                 work.what: {
                     "timer": f"timing_s/{work.timer}",
@@ -194,8 +199,9 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
     notes = list(log.notes)
     if len(steps) == 1:
         notes.append(f"only step {steps[0]['step']}, which pays one-off start-up costs: run a few more steps")
-    layout: RunLayout = run_layout(name, steady[-1], log.config, cluster)
-    notes += layout.notes
+    job = job_config(log.config, log.text)
+    layout: RunLayout = run_layout(name, steady[-1], job.config, cluster, job.source or CONFIG)
+    notes += [*job.notes, *layout.notes]
     per_lane: dict[str, list[float]] = {lane: [] for lane in LANE_POOL}
     previous = {int(s["step"]): s for s in steps}
     late = [joined_late(step) and not layout.colocated for step in steady]
@@ -272,4 +278,6 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         join_at=Spread.of_any(join_at),
         saved=Spread.of_any(saved),
         periodic=tuple(log.periodic),
+        job_config=job.config,
+        job_source=job.source,
     )
