@@ -253,3 +253,33 @@ def test_a_large_cluster_s_spares_are_counted_and_every_unfit_node_named():
     skipped = nodes.check_fit(plan, plan.resource_pool_spec, alive).lines()[1]
     assert skipped.count("(not needed: 8 of 8 GPUs free)") == 8  # choice.NAMED
     assert "and 3 more spare node(s)" in skipped and "10.0.2.12 mmmmmmmm (too few free: 0 of 8 GPUs free)" in skipped
+
+
+def test_a_free_map_keyed_by_ids_no_alive_node_has_is_read_as_unknown_with_a_note(caplog):
+    """Ray's private per-node state keyed otherwise than ``ray.nodes()`` (another id form): every node would read
+    0 free and every run be refused; read as unknown instead, and said."""
+    from verl_split.runtime.placement.nodes import NodeLoad, cluster_nodes
+
+    alive = [
+        {"NodeID": "aa01", "Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"GPU": 8.0}},
+        {"NodeID": "aa02", "Alive": True, "NodeManagerAddress": "10.0.0.2", "Resources": {"GPU": 8.0}},
+    ]
+    other_ids = NodeLoad(free={"NodeID(aa01)": 8.0, "NodeID(aa02)": 0.0})
+    infos = cluster_nodes("GPU", other_ids, alive)
+    assert [n.available for n in infos] == [8.0, 8.0]  # as without the map: not 0 free everywhere
+    assert "name none of the 2 alive node(s)" in caplog.text and "read as unknown" in caplog.text
+    matched = cluster_nodes("GPU", NodeLoad(free={"aa01": 8.0, "aa02": 2.0}), alive)
+    assert [n.available for n in matched] == [8.0, 2.0]
+
+
+def test_node_ids_given_as_bytes_are_matched_as_hex():
+    from verl_split.runtime.placement.nodes import node_load
+
+    class State:
+        def available_resources_per_node(self):
+            return {bytes.fromhex("aa01"): {"GPU": 3.0}}
+
+        state = type("S", (), {"get_draining_nodes": staticmethod(lambda: {bytes.fromhex("aa02"): 5})})()
+
+    load = node_load("GPU", State())
+    assert load.free == {"aa01": 3.0} and load.draining == {"aa02": 5}

@@ -28,6 +28,7 @@ from verl_split.runtime.overlap import deferral  # noqa: E402
 from verl_split.runtime.shared_rollout import both_pools  # noqa: E402
 from verl_split.runtime.shared_rollout.balancer import SharedRolloutBalancer, caps_for_late_join  # noqa: E402
 from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager, SharedRolloutError  # noqa: E402
+from verl_split.runtime.shared_rollout.late_join import join_pays  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -210,3 +211,171 @@ def test_without_a_critic_update_running_the_push_comes_first_as_before(late):
         ("balancer", "ungate"),
         ("hybrid", "update_weights"),
     ]
+
+
+# --------------------------------------------------------------------------- at production sizes
+
+
+def routing_work(requests: int, servers: int = 24, cap: int = 2) -> int:
+    """Route ``requests`` through ``servers`` capped at ``cap`` each, every request queued at once and released as
+    soon as it is served; return how many times the balancer chose a server for a request (its work)."""
+
+    async def run() -> int:
+        balancer = SharedRolloutBalancer(servers=servers_named(servers))
+        balancer.gate(parked=[], caps=dict.fromkeys(balancer._servers, cap))
+        chosen = 0
+        choose = balancer._choose
+
+        def counting(*args, **kwargs):
+            nonlocal chosen
+            chosen += 1
+            return choose(*args, **kwargs)
+
+        balancer._choose = counting
+
+        async def one(i: int) -> None:
+            server, _ = await balancer.acquire_server(request_id=f"r{i}")
+            await asyncio.sleep(0)
+            await balancer.release_server(server)
+
+        await asyncio.gather(*[one(i) for i in range(requests)])
+        assert sum(balancer.take_step()["routed"].values()) == requests  # none lost, none twice
+        return chosen
+
+    return asyncio.run(run())
+
+
+def servers_named(count: int) -> dict[str, str]:
+    return servers(*(f"s{i}" for i in range(count)))
+
+
+def test_the_balancer_s_work_grows_with_the_requests_not_their_square():
+    # Before the fix every release woke every queued request and each rescanned the servers: 1k requests through
+    # 24 servers capped at 2 made ~10^5 choices, 4k ~1.6 x 10^6 (16x for 4x the requests).
+    small, large = routing_work(1000), routing_work(4000)
+    assert small <= 4 * 1000 and large <= 4 * 4000  # a few tries a request: on arrival, at the head, when served
+    assert large / small < 5
+
+
+def test_requests_are_served_first_come_first_served_behind_a_full_server():
+    async def run():
+        balancer = SharedRolloutBalancer(servers=servers("h"))
+        balancer.gate(parked=[], caps={"h": 1})
+        first = await balancer.acquire_server(request_id="r0")
+        waiting = [asyncio.ensure_future(balancer.acquire_server(request_id=f"q{i}")) for i in range(5)]
+        await asyncio.sleep(0.01)
+        order = []
+        server = first[0]
+        for _ in waiting:
+            await balancer.release_server(server)
+            await asyncio.sleep(0)
+            done = [i for i, w in enumerate(waiting) if w.done() and i not in order]
+            assert len(done) == 1  # one slot freed, one request woken
+            order += done
+            server = waiting[done[0]].result()[0]
+        assert order == [0, 1, 2, 3, 4]
+
+    asyncio.run(run())
+
+
+def test_a_validation_pass_between_opening_and_the_step_s_end_keeps_the_join_time():
+    async def run():
+        balancer = SharedRolloutBalancer(servers=servers("h", "c"))
+        balancer.gate(parked=["c"], caps={"h": 4, "c": 4})
+        server, _ = await balancer.acquire_server(request_id="val-0")  # validation's requests, capped like any
+        await balancer.open(["c"])  # the critic's update ended during validation: the critic pool joins
+        await balancer.release_server(server)
+        assert balancer.take_routed() == {"h": 1}  # wrap_validate drops validation's requests...
+        for i in range(4):
+            await balancer.release_server((await balancer.acquire_server(request_id=f"r{i}"))[0])
+        step = balancer.take_step()
+        assert step["opened_after_s"] == 0.0  # ...and the critic pool was there from the step's first request
+        assert sum(step["routed"].values()) == 4
+
+    asyncio.run(run())
+
+
+# --------------------------------------------------------------------------- the rate model
+
+
+def progress(routed: int, released: int, since: float | None, queued: int = 0) -> dict:
+    return {"routed": routed, "released": released, "queued": queued, "since_first_s": since}
+
+
+def test_a_join_pays_when_the_queue_outlasts_the_push():
+    # 24 actor-pool servers ended 2,400 requests in 10 s (240/s); 10,000 of 16,384 are not routed yet.
+    forecast = join_pays(16384, progress(6384, 2400, 10.0), hybrid_servers=24, shared_servers=8, push_s=5.0)
+    assert forecast.pays
+    assert forecast.alone_s == pytest.approx(10000 / 240)
+    # 1,200 of them go on the actor pool during the 5 s push; the rest at 240 x 32/24 = 320/s.
+    assert forecast.joined_s == pytest.approx(5.0 + 8800 / 320)
+    assert forecast.critic_pool_takes == pytest.approx(8800 * 8 / 32)
+
+
+def test_no_join_when_the_actor_pool_ends_the_queue_during_the_push():
+    forecast = join_pays(1024, progress(1000, 900, 9.0), hybrid_servers=24, shared_servers=8, push_s=5.0)
+    assert not forecast.pays and forecast.critic_pool_takes == 0.0  # 24 left, 100/s: gone in 0.24 s
+    assert "before a 5.0s push" in forecast.why
+
+
+def test_no_join_for_less_than_a_request_per_critic_pool_server():
+    # 40 left at 100/s, a 0.1 s push: the critic pool's 8 servers would take ~7.75 in all, fewer than one each.
+    forecast = join_pays(1000, progress(960, 900, 9.0), hybrid_servers=24, shared_servers=8, push_s=0.1)
+    assert forecast.joined_s < forecast.alone_s and not forecast.pays
+
+
+def test_before_any_request_ended_a_queue_is_joined():
+    forecast = join_pays(64, progress(8, 0, 1.0), hybrid_servers=1, shared_servers=1, push_s=None)
+    assert forecast.pays and forecast.left == 56
+
+
+def test_the_critic_pool_sits_out_when_the_join_does_not_pay_and_the_caps_are_lifted(late):
+    late.balancer.so_far = progress(routed=7, released=6, since=3.0)  # 1 of 8 left: nothing to take
+    late.balancer.routed = {"h": 8}
+    late.manager.update_weights(4)
+    late.critic.set_result("critic done")
+    wait_for(lambda: ("balancer", "ungate") in late.journal)
+    late.manager.sleep_replicas()
+    assert ("shared", "wake_up_replicas") not in late.journal
+    pending = late.trainer._pending_sync_metrics
+    assert pending["split/critic_pool_joined"] == 0.0
+    assert pending["split/critic_pool_join_forecast_saved_s"] == 0.0
+
+
+def test_the_critic_pool_wakes_only_after_every_critic_rank_answers(late, monkeypatch):
+    ranks = threading.Event()
+    monkeypatch.setattr(both_pools, "every_rank_done", lambda workers: ranks.wait(5))
+    late.manager.update_weights(4)
+    late.critic.set_result("critic done")  # verl's future: the collected ranks are done
+    time.sleep(0.2)
+    assert ("shared", "wake_up_replicas") not in late.journal  # a rank verl does not collect from still updates
+    ranks.set()
+    wait_for(lambda: ("shared", "wake_up_replicas") in late.journal)
+
+
+def test_a_join_that_never_ends_stops_the_run_at_the_documented_limit(late, monkeypatch):
+    monkeypatch.setattr(late.shared, "update_weights", lambda global_steps=None: time.sleep(30))
+    late.manager.update_weights(4)
+    late.manager._late.timeout_s = 0.3
+    late.critic.set_result("critic done")
+    wait_for(lambda: ("shared", "wake_up_replicas") in late.journal)
+    started = time.monotonic()
+    with pytest.raises(SharedRolloutError, match=r"did not end within 0.3s"):
+        late.manager.sleep_replicas()
+    assert time.monotonic() - started < 5
+
+
+def test_a_second_sync_ends_the_first_late_join_before_it_starts_another(late):
+    late.manager.update_weights(4)
+    first = late.manager._late
+    late.manager.update_weights(5)  # no generation between the two (validation off, a resume)
+    assert first._state == "over" and late.manager._late is not first
+
+
+def test_with_the_late_join_off_the_critic_pool_sits_out_the_step_it_would_join(late):
+    late.manager._late_join = False
+    late.manager.update_weights(4)
+    assert late.journal == [("balancer", "gate", ["c"], {}), ("hybrid", "update_weights", 4)]  # parked, no caps
+    late.critic.set_result("critic done")
+    late.manager.sleep_replicas()
+    assert ("shared", "wake_up_replicas") not in late.journal

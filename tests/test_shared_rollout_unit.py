@@ -65,7 +65,11 @@ class FakeBalancer:
 
     def __init__(self, routed: dict[str, int], journal: list) -> None:
         self.routed, self.journal, self.step = routed, journal, {}
+        #: What ``progress`` answers (the late join's rate model reads it); by default no request has ended yet.
+        self.so_far = {"routed": 0, "released": 0, "queued": 0, "since_first_s": None}
         self.take_step = SimpleNamespace(remote=self._take)
+        self.progress = SimpleNamespace(remote=lambda: dict(self.so_far))
+        self.take_routed = SimpleNamespace(remote=lambda: self._take()["routed"])
         for method in ("gate", "open", "ungate"):
             setattr(self, method, SimpleNamespace(remote=self._record(method)))
 

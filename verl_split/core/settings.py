@@ -34,6 +34,12 @@ VARIABLES: dict[str, tuple[str, str]] = {
         "updates (the actor and critic updates), prep (values beside old_log_prob + ref) and defer_critic "
         "(the critic's update runs on into the next step's generation, joined at its values).",
     ),
+    "VERL_SPLIT_LATE_JOIN": (
+        "auto",
+        "With shared rollout and defer_critic: when the critic's update runs on past the weight sync, the critic "
+        "pool joins generation once it ends (on), or sits that generation out (off); auto: on in the CPU dry run, "
+        "off on GPUs, where the join's push beside a generating vLLM has not run yet.",
+    ),
     "VERL_SPLIT_CPU": ("off", "CPU dry run: CPU platform, gloo and a Hugging Face rollout, no GPU needed."),
     "VERL_SPLIT_TRACE": ("", "Write a Chrome-trace timeline of the updates per pool to this file."),
 }
@@ -96,6 +102,8 @@ class Settings:
     #: Rollout replicas on the critic pool too (``VERL_SPLIT_SHARED_ROLLOUT``); the config's
     #: ``split_placement.shared_rollout`` wins over it (``placement.shared_rollout_from_config``).
     shared_rollout: bool = False
+    #: ``VERL_SPLIT_LATE_JOIN``: True on, False off, None auto (``shared_rollout.coordinator.late_join_on``).
+    late_join: bool | None = None
 
     @property
     def overlap(self) -> bool:
@@ -150,7 +158,15 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         cpu=cpu,
         trace_path=(env.get("VERL_SPLIT_TRACE") or "").strip(),
         shared_rollout=parse_switch("VERL_SPLIT_SHARED_ROLLOUT", env.get("VERL_SPLIT_SHARED_ROLLOUT"), False),
+        late_join=parse_auto_switch("VERL_SPLIT_LATE_JOIN", env.get("VERL_SPLIT_LATE_JOIN")),
     )
+
+
+def parse_auto_switch(name: str, raw: str | None) -> bool | None:
+    """An on/off variable that may also be ``auto`` (or unset): None."""
+    if raw is None or raw.strip().lower() in ("auto", ""):
+        return None
+    return parse_switch(name, raw, False)
 
 
 _frozen: Settings | None = None

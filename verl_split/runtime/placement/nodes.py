@@ -99,7 +99,7 @@ def node_load(resource: str, state: Any = None) -> NodeLoad:
     free = None
     try:
         per_node = state.available_resources_per_node()
-        free = {str(node): float(res.get(resource, 0)) for node, res in per_node.items()}
+        free = {_node_hex(node): float(res.get(resource, 0)) for node, res in per_node.items()}
     except Exception as exc:
         notes.append(
             f"Ray {ray.__version__} did not give the free {resource}s per node (ray._private.state."
@@ -109,7 +109,7 @@ def node_load(resource: str, state: Any = None) -> NodeLoad:
         )
     draining: dict[str, int] = {}
     try:
-        draining = {str(node): int(deadline) for node, deadline in state.state.get_draining_nodes().items()}
+        draining = {_node_hex(node): int(deadline) for node, deadline in state.state.get_draining_nodes().items()}
     except Exception as exc:
         notes.append(
             f"Ray {ray.__version__} did not say which nodes are draining (ray._private.state.state."
@@ -119,21 +119,51 @@ def node_load(resource: str, state: Any = None) -> NodeLoad:
     return NodeLoad(free, draining, tuple(notes))
 
 
-def cluster_nodes(resource: str | None = None, load: NodeLoad | None = None) -> list[NodeInfo]:
-    """Alive Ray nodes with the device resource, in Ray's node order (IP, then node id)."""
+def _node_hex(node: Any) -> str:
+    """A node id as ``ray.nodes()`` spells it (hex), also where Ray's private state gives bytes or ``NodeID``s."""
+    if isinstance(node, bytes):
+        return node.hex()
+    to_hex = getattr(node, "hex", None)
+    return str(to_hex()) if callable(to_hex) and not isinstance(node, str) else str(node)
+
+
+def cluster_nodes(
+    resource: str | None = None, load: NodeLoad | None = None, nodes: list[dict[str, Any]] | None = None
+) -> list[NodeInfo]:
+    """Alive Ray nodes with the device resource, in Ray's node order (IP, then node id). ``nodes``: what
+    ``ray.nodes()`` returns, given by tests and the control-plane benchmark."""
     resource = resource or device_resource()
     load = load if load is not None else node_load(resource)
+    alive = [n for n in (ray.nodes() if nodes is None else nodes) if n.get("Alive")]
+    alive = [n for n in alive if float(n.get("Resources", {}).get(resource, 0)) > 0]
+    load = _matched(load, {n["NodeID"] for n in alive}, resource)
     for note in load.notes:
         log.once(logger, f"verl-split: {note}", logging.WARNING)
-    nodes = []
-    for node in ray.nodes():
-        total = float(node.get("Resources", {}).get(resource, 0))
-        if not node.get("Alive") or total <= 0:
-            continue
+    infos = []
+    for node in alive:
         node_id = node["NodeID"]
+        total = float(node["Resources"][resource])
         free = total if load.free is None else load.free.get(node_id, 0.0)
-        nodes.append(NodeInfo(node_id, node.get("NodeManagerAddress", ""), total, free, node_id in load.draining))
-    return sorted(nodes, key=lambda n: (n.address, n.node_id))
+        infos.append(NodeInfo(node_id, node.get("NodeManagerAddress", ""), total, free, node_id in load.draining))
+    return sorted(infos, key=lambda n: (n.address, n.node_id))
+
+
+def _matched(load: NodeLoad, alive: set[str], resource: str) -> NodeLoad:
+    """Ray's private per-node map read as unknown when it names none of the alive nodes.
+
+    Its keys are expected to be ``ray.nodes()``'s ``NodeID`` hex strings. A Ray that keyed it otherwise would
+    make every node read as 0 free, and every run would be refused with a misleading message.
+    """
+    if load.free is None or not alive or alive & set(load.free):
+        return load
+    note = (
+        f"Ray {ray.__version__}'s free {resource}s per node (ray._private.state.available_resources_per_node) name "
+        f"none of the {len(alive)} alive node(s) of ray.nodes() ({len(load.free)} id(s), such as "
+        f"{next(iter(load.free), '-')!r}): read as unknown, so the fit check counts every alive node's {resource}s "
+        "as free, and a node busy with other work is found only when its placement group is not ready after "
+        "split_placement.ready_timeout_s."
+    )
+    return NodeLoad(None, load.draining, (*load.notes, note))
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ sessions, least in-flight requests first). verl-split starts it again with both 
   and the step's timing as the balancer saw it (first request, last release, when the critic pool opened).
 * **Gating**, for a critic pool that joins generation late (``late_join.py``): its servers can be *parked*
   (routed nothing) and each open server can be given a *cap* of requests in flight. A request that finds
-  no open server under its cap waits here, in the balancer, until a release frees a slot or the critic
-  pool opens; then it goes to the least loaded open server with room. So the requests a late critic pool
+  no open server under its cap waits here, in the balancer, in a first-come queue; a release hands its
+  slot to the request at the queue's head (one waiter woken, not all), an opening server its slots to the
+  next ones, each going to the least loaded open server with room. So the requests a late critic pool
   takes are the ones still queued when it opens, and none is ever routed to weights of another step.
   Without gating (every server open, no cap) routing is verl's own, request for request.
 
@@ -26,7 +27,7 @@ import asyncio
 import math
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 # verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
@@ -46,7 +47,9 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
         self._routed: Counter[str] = Counter()
         self._parked: set[str] = set()
         self._caps: dict[str, int] = {}
-        self._slot: asyncio.Condition | None = None  # made on the actor's event loop, at first use
+        #: Requests waiting for a slot, in arrival order, each with the future its acquire awaits.
+        self._waiting: deque[tuple[str, asyncio.Future]] = deque()
+        self._released = 0  # requests ended since the last take_step
         self._step_started = time.monotonic()
         self._first_acquire: float | None = None
         self._last_release: float | None = None
@@ -64,12 +67,23 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
         self._parked -= set(servers)
         if self._opened_after is None:  # opened before the step's first request: there from the start
             self._opened_after = 0.0 if self._first_acquire is None else time.monotonic() - self._first_acquire
-        await self._notify()
+        self._hand_out()
 
     async def ungate(self) -> None:
-        """Every server open, no cap: verl's own routing again."""
+        """Every server open, no cap: verl's own routing again (the queue drains at once)."""
         self._parked, self._caps = set(), {}
-        await self._notify()
+        self._hand_out()
+
+    def progress(self) -> dict[str, Any]:
+        """The step so far, for the late join's decision (``late_join.join_pays``): requests routed, ended and
+        queued, and seconds since the step's first request (None before it)."""
+        since = None if self._first_acquire is None else time.monotonic() - self._first_acquire
+        return {
+            "routed": sum(self._routed.values()),
+            "released": self._released,
+            "queued": len(self._waiting),
+            "since_first_s": since,
+        }
 
     def take_step(self) -> dict[str, Any]:
         """What happened since the last call: requests per server, and the step's timing in seconds."""
@@ -79,22 +93,29 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
             wall = max(self._last_release - self._first_acquire, 0.0)
         step = {"routed": routed, "generation_s": wall, "opened_after_s": self._opened_after}
         self._first_acquire = self._last_release = self._opened_after = None
+        self._released = 0
         return step
 
     def take_routed(self) -> dict[str, int]:
-        """Requests routed per server since the last call."""
-        return self.take_step()["routed"]
+        """Requests routed per server since the last call, forgotten with the timing they started (a validation
+        pass's). A critic pool that opened meanwhile is there from the next request on: it joined at 0 s."""
+        routed, self._routed = dict(self._routed), Counter()
+        self._first_acquire = self._last_release = None
+        self._released = 0
+        if self._opened_after is not None:
+            self._opened_after = 0.0
+        return routed
 
     # -- verl's clients ------------------------------------------------------------------------
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
         if not self._parked and not self._caps:
             server_id, handle = super().acquire_server(request_id)
+        elif (chosen := self._choose(request_id, queued_ahead=bool(self._waiting))) is not None:
+            server_id, handle = chosen  # room now and nobody queued before it, or a conversation's next turn
         else:
-            slot = self._condition()
-            async with slot:
-                while (chosen := self._choose(request_id)) is None:
-                    await slot.wait()
-            server_id, handle = chosen
+            waiter: asyncio.Future = asyncio.get_running_loop().create_future()
+            self._waiting.append((request_id, waiter))
+            server_id, handle = await waiter  # handed a slot by _hand_out, in arrival order
         if self._first_acquire is None:
             self._first_acquire = time.monotonic()
         self._routed[server_id] += 1
@@ -104,31 +125,38 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
         GlobalRequestLoadBalancer.release_server(self, server_id)
         self._last_release = time.monotonic()
-        if self._parked or self._caps:
-            await self._notify()
+        self._released += 1
+        if self._waiting:
+            self._hand_out()
 
     # -- gated routing -------------------------------------------------------------------------
-    def _condition(self) -> asyncio.Condition:
-        if self._slot is None:
-            self._slot = asyncio.Condition()
-        return self._slot
-
-    async def _notify(self) -> None:
-        slot = self._condition()
-        async with slot:
-            slot.notify_all()
+    def _hand_out(self) -> None:
+        """Give the queued requests, first come first served, the slots there are now; stop at the first that
+        finds none. Each request is chosen once, so a release costs O(servers), not O(queued x servers)."""
+        while self._waiting:
+            request_id, waiter = self._waiting[0]
+            if waiter.cancelled():  # its client gave up (an aborted generation): no slot for it
+                self._waiting.popleft()
+                continue
+            if (chosen := self._choose(request_id)) is None:
+                return
+            self._waiting.popleft()
+            waiter.set_result(chosen)
 
     def _room(self, server_id: str) -> bool:
         cap = self._caps.get(server_id)
         return server_id not in self._parked and (cap is None or self._inflight_requests[server_id] < cap)
 
-    def _choose(self, request_id: str) -> tuple[str, Any] | None:
-        """verl's sticky + least-loaded choice among the open servers with room; None: wait."""
+    def _choose(self, request_id: str, queued_ahead: bool = False) -> tuple[str, Any] | None:
+        """verl's sticky + least-loaded choice among the open servers with room; None: wait (``queued_ahead``:
+        others wait already, so only a sticky request may pass them)."""
         sticky = self._request_id_to_server.get(request_id)
         # A conversation's next turn stays on its server even past the cap (its prefix is cached there).
         if sticky in self._inflight_requests and sticky not in self._parked:
             self._inflight_requests[sticky] += 1
             return sticky, self._servers[sticky]
+        if queued_ahead:
+            return None
         open_servers = [sid for sid in self._inflight_requests if self._room(sid)]
         if not open_servers:
             if not self._inflight_requests:

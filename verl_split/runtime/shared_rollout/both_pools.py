@@ -20,7 +20,7 @@ import ray
 from verl_split.core import metric_names as names
 from verl_split.core.errors import VerlSplitError
 from verl_split.runtime.shared_rollout.balancer import caps_for_late_join
-from verl_split.runtime.shared_rollout.late_join import LateJoin
+from verl_split.runtime.shared_rollout.late_join import JoinForecast, LateJoin, every_rank_done, join_pays
 
 SHARE_METRIC = names.CRITIC_POOL_ROLLOUT_SHARE
 SYNC_METRIC = names.SHARED_ROLLOUT_SYNC_S
@@ -49,6 +49,7 @@ class BothPoolsCheckpointManager:
         balancer: Any | None,
         requests_per_step: int = 0,
         server_concurrency: int | None = None,
+        late_join: bool = True,
     ) -> None:
         self._trainer = trainer
         self.hybrid = hybrid
@@ -61,8 +62,13 @@ class BothPoolsCheckpointManager:
         self._concurrency = server_concurrency  # requests one rollout server runs at once (caps_for_late_join)
         #: How much of an even share the critic pool took in the last late-joined step (caps_for_late_join).
         self._reach = 1.0
+        #: With a critic update still running at the sync: the critic pool joins late (True), or sits the
+        #: step's generation out (False: ``VERL_SPLIT_LATE_JOIN``, off on GPUs until it has run there).
+        self._late_join = late_join
         self._late: LateJoin | None = None
+        self._sat_out = False  # this step's generation runs on the actor pool alone
         self._shared_awake = False
+        self._push_s: float | None = None  # the last wake-up and push, measured: the rate model's cost of a join
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.hybrid, name)
@@ -99,9 +105,12 @@ class BothPoolsCheckpointManager:
     def update_weights(self, global_steps: int | None = None) -> Any:
         from verl_split.runtime.overlap import deferral
 
+        self._finish_late()  # a sync without a generation since the last one (validation off, a resume)
         critic_update = deferral.running_update()
         if critic_update is not None and self._balancer is not None and self._requests > 0:
-            return self._sync_then_join_late(critic_update, global_steps)
+            if self._late_join:
+                return self._sync_then_join_late(critic_update, global_steps)
+            return self._sync_and_sit_out(global_steps)
         # The critic pool's replicas wake beside the critic: a critic update still running on from the
         # step (VERL_SPLIT_OVERLAP defer_critic) finishes first, so the two never share its GPUs.
         deferral.join("the weight push to the critic pool's rollout replicas")
@@ -109,10 +118,17 @@ class BothPoolsCheckpointManager:
         self._wake_and_push(global_steps)
         if self._balancer is not None:
             ray.get(self._balancer.ungate.remote())
-        self._pending({SYNC_METRIC: time.perf_counter() - started})
+        self._push_s = time.perf_counter() - started
+        self._pending({SYNC_METRIC: self._push_s})
         return self.hybrid.update_weights(global_steps)
 
+    def _critic_workers(self) -> list[Any]:
+        return list(getattr(getattr(self._trainer, "critic_wg", None), "workers", None) or [])
+
     def _wake_and_push(self, global_steps: int | None) -> None:
+        # Every critic rank first, not only the ones verl collects from: vLLM must not wake on a GPU whose
+        # critic rank still steps or offloads (late_join.every_rank_done).
+        every_rank_done(self._critic_workers())
         # Wake first: verl's colocated replicas sleep at level 1 and a wake-up restores the weights they had
         # (verl/workers/rollout/vllm_rollout/vllm_async_server.py sleep/wake_up), so the new weights must come
         # after it. Nothing else wakes them: verl's naive sync wakes only the hybrid replicas, in the actor.
@@ -120,8 +136,14 @@ class BothPoolsCheckpointManager:
         self._on_shared("waking up for the weight push", self.shared.wake_up_replicas)
         self._on_shared(f"pushing the actor's weights of step {global_steps}", self.shared.update_weights, global_steps)
 
+    def _sync_and_sit_out(self, global_steps: int | None) -> Any:
+        """The critic's update runs on: the actor pool generates this step alone, the critic pool sleeps on."""
+        ray.get(self._balancer.gate.remote(parked=sorted(self._shared_servers), caps={}))
+        self._sat_out = True
+        return self.hybrid.update_weights(global_steps)
+
     def _sync_then_join_late(self, critic_update: Any, global_steps: int | None) -> Any:
-        """The actor pool generates at once; the critic pool joins when the critic's update is done."""
+        """The actor pool generates at once; the critic pool joins when the critic's update is done, if it pays."""
         shared = sorted(self._shared_servers)
         caps = caps_for_late_join(self._requests, self._hybrid_servers, shared, self._reach, self._concurrency)
         ray.get(self._balancer.gate.remote(parked=shared, caps=caps))
@@ -130,25 +152,48 @@ class BothPoolsCheckpointManager:
             self._wake_and_push(global_steps)
             ray.get(self._balancer.open.remote(shared))
 
+        def forecast() -> JoinForecast:
+            progress = ray.get(self._balancer.progress.remote())
+            return join_pays(self._requests, progress, len(self._hybrid_servers), len(shared), self._push_s)
+
+        def skip() -> None:  # the caps held requests back for a critic pool that will not come
+            ray.get(self._balancer.ungate.remote())
+
         result = self.hybrid.update_weights(global_steps)
-        self._late = LateJoin(critic_update, join, global_steps)
+        self._late = LateJoin(
+            critic_update,
+            join,
+            global_steps,
+            ranks_done=lambda: every_rank_done(self._critic_workers()),
+            forecast=forecast,
+            skip=skip,
+        )
         self._late.start()
         return result
+
+    def _finish_late(self) -> tuple[LateJoin | None, bool]:
+        """End this step's late join, if any: (the join, whether the critic pool joined)."""
+        late, self._late = self._late, None
+        try:
+            joined = late.finish() if late is not None else self._shared_awake
+        except Exception as exc:
+            raise self._failure(f"joining the generation after step {late.global_steps} late", exc) from exc
+        if late is not None and late.push_s is not None:
+            self._push_s = late.push_s
+        return late, joined
 
     def take_step(self) -> dict[str, Any]:
         """The balancer's account of the step (empty under a custom router): ``balancer.take_step``."""
         return ray.get(self._balancer.take_step.remote()) if self._balancer is not None else {}
 
     def take_routed(self) -> dict[str, int]:
-        """Requests routed per server since the last call (empty under a custom router)."""
-        return self.take_step().get("routed", {})
+        """Requests routed per server since the last call, forgotten (a validation pass's); the step's join
+        time is kept (``balancer.take_routed``). Empty under a custom router."""
+        return ray.get(self._balancer.take_routed.remote()) if self._balancer is not None else {}
 
     def sleep_replicas(self) -> None:
-        late, self._late = self._late, None
-        try:
-            joined = late.finish() if late is not None else self._shared_awake
-        except Exception as exc:
-            raise self._failure(f"joining the generation after step {late.global_steps} late", exc) from exc
+        late, joined = self._finish_late()
+        self._sat_out = False
         self.hybrid.sleep_replicas()
         if self._shared_awake:  # after generation (PPOTrainerSync.on_sample_end): a replica that died shows here
             self._on_shared("putting to sleep after generation", self.shared.sleep_replicas)
@@ -174,6 +219,10 @@ class BothPoolsCheckpointManager:
         if late is not None:
             if late.push_s is not None:
                 metrics[SYNC_METRIC] = late.push_s
+            if late.finish_wait_s:
+                metrics[names.CRITIC_POOL_JOIN_WAIT_S] = late.finish_wait_s
+            if late.forecast is not None:
+                metrics[names.CRITIC_POOL_JOIN_FORECAST_SAVED_S] = late.forecast.saved_s
             even = len(self._shared_servers) / max(len(self._shared_servers) + len(self._hybrid_servers), 1)
             self._reach = min(1.0, max(MIN_REACH, (on_critic_pool / total) / even))
         return metrics
