@@ -116,6 +116,28 @@ def has_v1_trainer() -> bool:
     return verl_in(V1_TRAINER)
 
 
+def v1_trainer_is_default() -> bool | None:
+    """The installed verl's own default for ``trainer.use_v1`` (its ``trainer/config/ppo_trainer.yaml``), read
+    without importing verl; None when there is no verl or no such key (before 0.9).
+
+    A release number cannot say it: verl's ``neo`` branch reads 0.9.0.dev, keeps the v1 trainer's module and
+    makes ``RayPPOTrainer`` the default again (``use_v1: false``; ``use_v1=true`` raises in ``main_ppo.main``).
+    """
+    import re
+    from importlib.util import find_spec
+
+    spec = find_spec("verl")  # a top-level spec: nothing of verl is imported
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            with open(f"{root}/trainer/config/ppo_trainer.yaml", encoding="utf-8") as yaml:
+                text = yaml.read()
+        except OSError:
+            continue
+        found = re.search(r"^\s+use_v1:\s*(true|false)\b", text, re.MULTILINE | re.IGNORECASE)
+        return None if found is None else found.group(1).lower() == "true"
+    return None
+
+
 def has_legacy_workers() -> bool:
     """verl's ``RayPPOTrainer`` runs the legacy ``fsdp_workers`` (0.7)."""
     return verl_in(LEGACY_WORKERS)

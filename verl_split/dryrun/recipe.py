@@ -113,8 +113,9 @@ def dry_run_overrides(
         "trainer.project_name=verl_split_demo",
         f"trainer.experiment_name={algo}_{trainer}",
         f"trainer.default_local_dir={out / 'checkpoints'}",
-        # v1 trainer's TransferQueue: one storage process instead of eight.
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        # v1 trainer's TransferQueue: one storage process instead of eight (only there: verl's neo branch
+        # removed TransferQueue and its config section with the v1 trainer's default, PR 6999).
+        *(["transfer_queue.backend.SimpleStorage.num_data_storage_units=1"] if trainer == "v1" else []),
         # Ray: always a fresh local cluster (never one another `ray start` left running,
         # which ray.init() would join), in its own temp folder so that it is not
         # advertised to other processes' ray.init() either; logical GPUs, see RAY_NUM_GPUS.
@@ -159,8 +160,14 @@ def check_trainer(trainer: str, family: str) -> None:
 
 
 def default_trainer(family: str | None = None) -> str:
-    """verl's default trainer of a release family: ``v1`` where it exists (0.9), else ``v0``."""
-    return "v1" if compat.family_in(family or compat.check_supported(), compat.V1_TRAINER) else "v0"
+    """verl's default trainer of a release family: ``v1`` where it exists (0.9), else ``v0``; for the installed
+    verl's family, what its own config says (verl's ``neo`` branch, a 0.9.0.dev, defaults to ``RayPPOTrainer``
+    and refuses ``trainer.use_v1=true``)."""
+    family = family or compat.check_supported()
+    installed = compat.installed_version()
+    if installed is not None and compat.family_of(installed) == family and compat.v1_trainer_is_default() is False:
+        return "v0"
+    return "v1" if compat.family_in(family, compat.V1_TRAINER) else "v0"
 
 
 def _family_overrides(overrides: list[str], family: str, grpo: bool, ray_gpus: int) -> list[str]:

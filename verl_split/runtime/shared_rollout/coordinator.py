@@ -93,6 +93,26 @@ def configure_weight_transfer(config: Any) -> str:
     return str(engine.backend)
 
 
+def hybrid_sync_in_process(config: Any) -> None:
+    """``RayPPOTrainer``: verl's own manager, which ``init_workers`` builds from the config after the actor's
+    workers took their engine from it, syncs the actor pool's replicas in-process (``naive``), as the v1
+    trainer forces for its own (``verl/trainer/ppo/v1/trainer_base.py`` ``_setup``): the actor worker's
+    hybrid replicas have no checkpoint-engine workers to receive a transfer (``checkpoint_engine/base.py``
+    ``build_process_group``)."""
+    from omegaconf import open_dict
+
+    with open_dict(config.actor_rollout_ref.rollout.checkpoint_engine) as engine:
+        engine.backend = "naive"
+
+
+def restore_weight_transfer(config: Any, backend: str) -> None:
+    """The config says again what the actor's workers run (``configure_weight_transfer``'s ``backend``)."""
+    from omegaconf import open_dict
+
+    with open_dict(config.actor_rollout_ref.rollout.checkpoint_engine) as engine:
+        engine.backend = backend
+
+
 # ----------------------------------------------------------------------------- routing
 
 
@@ -113,6 +133,9 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
         )
         previous, manager.global_load_balancer = manager.global_load_balancer, balancer
         # Nothing holds it yet: v1 hands out clients after the trainer's _setup, v0 right after this (start).
+        # Killed once it has started: a kill that reached an actor still starting left its process running
+        # after the run, once in three CPU runs (code_review_3.md item 8).
+        ray.get(previous.__ray_ready__.remote())
         ray.kill(previous)
         return balancer
     ray.get(manager.global_load_balancer.add_servers.remote(added))
@@ -163,6 +186,27 @@ def late_join_requests(config: Any) -> int:
         return 0
     prompts = config.data.get("gen_batch_size", None) or config.data.train_batch_size
     return int(prompts) * int(rollout.n)
+
+
+def late_join_on(device: str) -> bool:
+    """``VERL_SPLIT_LATE_JOIN``: on, off, or (auto) on in the CPU dry run only.
+
+    On GPUs the join pushes the actor's weights over NCCL while the actor pool's vLLM generates on the same
+    GPUs: verl's ``get_per_tensor_param`` gathers the actor's parameters there, a second communicator runs
+    beside vLLM's collectives, and the actor's weights are exported a second time in the step. None of that
+    has run on a GPU yet, so there the critic pool sits out a generation its critic's update runs into,
+    until a user switches the join on (docs/shared-rollout.md#the-push-at-scale).
+    """
+    from verl_split.core import settings
+
+    chosen = settings.current().late_join
+    on = device == "cpu" if chosen is None else chosen
+    if chosen is None and not on:
+        announce(
+            "shared rollout: the critic pool sits out a generation that its critic's update runs into (the late "
+            "join's push beside a generating vLLM has not run on GPUs; VERL_SPLIT_LATE_JOIN=on to try it)"
+        )
+    return on
 
 
 def server_concurrency(config: Any) -> int | None:
@@ -222,6 +266,7 @@ def wire(trainer: Any, backend: str, started: Started) -> None:
     """
     from verl.checkpoint_engine.base import CheckpointEngineManager
     from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.device import get_device_name
 
     replicas, balancer = started.replicas, started.balancer
     engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
@@ -235,6 +280,7 @@ def wire(trainer: Any, backend: str, started: Started) -> None:
         balancer,
         requests_per_step=requests,
         server_concurrency=server_concurrency(trainer.config),
+        late_join=late_join_on(get_device_name()) if requests else True,
     )
     shared.sleep_replicas()
     ranks = [r.replica_rank for r in replicas]

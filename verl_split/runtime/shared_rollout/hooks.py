@@ -16,7 +16,9 @@ verl 0.9's v1 trainer (``trainer.use_v1=true``, ``trainer_mode=sync``), ``traine
 * ``wrap_get_client`` -- ``LLMServerManager.get_client`` (``workers/rollout/llm_server.py``): ``init_workers``
   hands its balancer to the agent loop's workers through the client it asks for here, right after
   creating the manager; so the critic pool's replicas start and verl-split's balancer takes the old one's
-  place here, before any client holds it (``coordinator.start``). Only for a manager of a trainer inside
+  place here, before any client holds it (``coordinator.start``); and verl's own ``CheckpointEngineManager``,
+  built next from the config, is given ``naive`` (its in-process sync for the actor pool's replicas), as the
+  v1 trainer gives its own (``trainer_base.py`` ``_setup``). Only for a manager of a trainer inside
   ``init_workers`` with shared rollout on; every other call is verl's.
 
 Both trainers:
@@ -65,6 +67,7 @@ def wrap_init_workers(wrapped, instance, args, kwargs):
         result = wrapped(*args, **kwargs)
     finally:
         _initialising.remove(instance)
+        coordinator.restore_weight_transfer(instance.config, backend)
     started = _started.pop(id(instance), None)
     if started is None:
         raise coordinator.never_started(instance)
@@ -79,6 +82,9 @@ def wrap_get_client(wrapped, instance, args, kwargs):
             from verl_split.runtime.shared_rollout import coordinator
 
             _started[id(trainer)] = coordinator.start(trainer)
+            # The actor's workers hold their engine already; verl's own manager, built next, syncs the actor
+            # pool's replicas in-process (restored at the end of init_workers).
+            coordinator.hybrid_sync_in_process(trainer.config)
     return wrapped(*args, **kwargs)
 
 
