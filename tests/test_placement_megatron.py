@@ -152,6 +152,15 @@ def test_any_virtual_pipeline_size_needs_pipeline_parallelism(vpp):
     assert "parallel_state.py:745-749" in message and "virtual_pipeline_model_parallel_size=null" in message
 
 
+def test_a_virtual_pipeline_size_of_one_with_pipeline_parallelism_is_refused():
+    # megatron-core would run its interleaved schedule with one virtual stage and refuse the micro-batch counts
+    # verl's engine does not round for VPP 1 (code_review_3.md item 6: PP 2, VPP 1, 3 micro-batches was planned).
+    message = refused(config(actor={PP: 2, VPP: 1}, critic=False))
+    assert "virtual_pipeline_model_parallel_size=1 with actor_rollout_ref.actor.megatron.pipeline" in message
+    assert "get_forward_backward_func" in message and "virtual_pipeline_model_parallel_size=null" in message
+    assert plan(config(actor={PP: 2, VPP: None}, critic=False))
+
+
 def test_layers_split_over_pipeline_and_virtual_stages(tmp_path):
     path = model(tmp_path, DENSE)  # 36 layers
     message = refused(config(placement="all", actor={PP: 8}, critic={PP: 8}, path=path))
