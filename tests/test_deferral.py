@@ -311,6 +311,30 @@ def test_a_trainer_stuck_in_one_call_on_the_main_thread_is_interrupted_and_raise
         signal.signal(signal.SIGINT, previous)
 
 
+def test_once_fit_has_ended_a_failed_update_neither_interrupts_nor_ends_the_process(monkeypatch):
+    """A failure that reached the trainer on another thread (``raised`` unset) must not end a run that is
+    already tearing down: ``wrap_fit`` cancels the timers (code_review_3.md item 7)."""
+    monkeypatch.setattr(failure_exit, "INTERRUPT_AFTER_S", 0.2)
+    monkeypatch.setattr(failure_exit, "ABORT_AFTER_S", 0.3)
+    after_fit: list[str] = []  # the timers run on threads of their own: recorded, asserted below
+    monkeypatch.setattr(failure_exit.os, "_exit", lambda code: after_fit.append("ended"))
+    monkeypatch.setattr(failure_exit._thread, "interrupt_main", lambda: after_fit.append("interrupted"))
+    failed: concurrent.futures.Future = concurrent.futures.Future()
+    failed.set_exception(RuntimeError("critic died"))
+    deferred = SimpleNamespace(
+        result=failed, failure=None, raised=False, interrupted=False, trainer_thread=threading.main_thread()
+    )
+    failure_exit.watch(deferred, lambda d, exc: UpdateFailedError(str(exc)))
+
+    def fit():
+        raise RuntimeError("the run failed elsewhere")
+
+    with pytest.raises(RuntimeError):
+        deferral_hooks.wrap_fit(lambda: fit(), None, (), {})
+    time.sleep(0.6)  # past both timers
+    assert after_fit == []
+
+
 def test_v1_critic_metrics_are_reduced_as_verl_reduces_them():
     """The same reduction verl's PPOTrainer.step applies (MetricsAggregator, by non-padding samples)."""
     from verl.trainer.ppo.v1.utils import MetricsAggregator

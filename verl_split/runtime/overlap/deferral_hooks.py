@@ -47,6 +47,14 @@ def end_of_fit(error: BaseException | None) -> UpdateFailedError | None:
 def wrap_fit(wrapped, trainer, args, kwargs):
     """``fit``: join at the end of training; on an error, log what is held and name a deferred failure."""
     try:
+        result = _fit_and_join(wrapped, args, kwargs)
+    finally:
+        failure_exit.cancel()  # fit is over: a run tearing down is not interrupted or ended from here
+    return result
+
+
+def _fit_and_join(wrapped, args, kwargs):
+    try:
         result = wrapped(*args, **kwargs)
     except Exception as exc:
         failure = end_of_fit(exc)

@@ -13,7 +13,8 @@ last minutes with none, so from the failure on (``watch``, on the critic's threa
 2. ``ABORT_AFTER_S`` later, if it still has not been raised (a trainer off the main thread, SIGINT ignored), the
    process is ended (``os._exit``), the step's held metrics logged first; the last checkpoint is intact.
 
-Both inside the 30 s a run has to stop.
+Both inside the 30 s a run has to stop. Once ``fit`` has ended, by the failure or otherwise, both are cancelled
+(``cancel``, from ``deferral_hooks.wrap_fit``): a run already tearing down is neither interrupted nor ended.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ INTERRUPT_AFTER_S = 5.0
 #: Seconds after a failed deferred update before the process is ended, if the interrupt did not end the run.
 ABORT_AFTER_S = 25.0
 
+_timers: list[threading.Timer] = []
+
 
 def watch(deferred: Any, failure: Callable[[Any, BaseException], UpdateFailedError]) -> None:
     """On the critic's thread, when its update ends: if it failed, make sure the run ends."""
@@ -47,7 +50,14 @@ def watch(deferred: Any, failure: Callable[[Any, BaseException], UpdateFailedErr
     for delay, then in ((INTERRUPT_AFTER_S, _interrupt_if_unraised), (ABORT_AFTER_S, _abort_if_unraised)):
         timer = threading.Timer(delay, then, args=(deferred,))
         timer.daemon = True
+        _timers.append(timer)
         timer.start()
+
+
+def cancel() -> None:
+    """``fit`` has ended: stop the timers ``watch`` started."""
+    while _timers:
+        _timers.pop().cancel()
 
 
 def interrupted_for(deferred: Any, exc: BaseException) -> UpdateFailedError | None:
