@@ -122,6 +122,23 @@ def test_the_actor_pool_gpus_hold_the_push_beside_the_actor(tmp_path):
     assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true" in message
 
 
+def test_under_the_late_join_the_actor_pool_s_awake_vllm_is_counted_beside_the_push(tmp_path, monkeypatch):
+    """VERL_SPLIT_LATE_JOIN=on with defer_critic: the push comes while the actor pool's vLLM generates, so its
+    0.4 x 80 GiB is resident with the actor's state and the buckets (code_review_3.md item 4: it was counted
+    asleep)."""
+    monkeypatch.setenv("VERL_SPLIT", "1")
+    monkeypatch.setenv("VERL_SPLIT_LATE_JOIN", "on")
+    plan = plan_from_config(shared_run(tmp_path), "", gpu_gb=80)
+    (note,) = [n for n in plan.notes if n.startswith("shared rollout push memory per actor-pool GPU")]
+    assert note.startswith("shared rollout push memory per actor-pool GPU: vLLM 0.4 x 80 GiB = 32.0 GiB + actor")
+    assert "= 57.3 of 80 GiB" in note  # the 25.3 GiB asleep, plus vLLM's 32
+    with pytest.raises(PlacementError) as exc:
+        plan_from_config(shared_run(tmp_path), "", gpu_gb=40)  # fits asleep (25.3 of 40), not awake
+    assert "and the actor pool's vLLM, awake" in str(exc.value) and "VERL_SPLIT_LATE_JOIN=off" in str(exc.value)
+    monkeypatch.setenv("VERL_SPLIT_LATE_JOIN", "auto")  # off on GPUs: the push comes while vLLM sleeps
+    assert plan_from_config(shared_run(tmp_path), "", gpu_gb=40)
+
+
 def test_a_megatron_actors_export_loads_its_parameters_even_when_offloaded(tmp_path):
     cfg = shared_run(tmp_path, {"tensor_model_parallel_size": 4, "param_offload": True, "optimizer_offload": True})
     plan = plan_from_config(cfg, "", gpu_gb=80)

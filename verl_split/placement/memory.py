@@ -23,9 +23,11 @@ So ``need = u x M + critic state + 2 x bucket + 3 x 1 GiB`` must stay within ``M
 Every actor-pool GPU joins the push too: verl's checkpoint-engine manager prepares every actor rank
 (``checkpoint_engine/base.py:426-429``), and each allocates the same two buffers
 (``nccl_checkpoint_engine.py:165-173``) beside the actor's state (its parameters loaded for the export) and a
-reference model's, its hybrid vLLM asleep. So ``actor state + ref state + 2 x bucket + 2 x 1 GiB`` (actor
-worker, vLLM) must stay within ``M`` as well. Transient tensors of the export (one gathered weight at a time)
-are not counted.
+reference model's. When the push comes at the weight sync, the actor pool's hybrid vLLM is asleep then:
+``actor state + ref state + 2 x bucket + 2 x 1 GiB`` (actor worker, vLLM) must stay within ``M``. Under the
+late join (``VERL_SPLIT_LATE_JOIN=on`` with ``defer_critic``) the push comes while that vLLM generates, awake:
+its ``u x M`` is resident too, and counted. Transient tensors of the export (one gathered weight at a time) are
+not counted.
 
 Parameter counts come from each model's Hugging Face ``config.json`` (``critic.model.path``,
 ``actor_rollout_ref.model.path``: a local folder or the Hugging Face cache; nothing is downloaded) or are
@@ -58,6 +60,7 @@ PROCESSES = 3
 #: On an actor-pool GPU: the actor's worker (reference and checkpoint engine inside it), the sleeping vLLM.
 ACTOR_PROCESSES = 2
 ROLLOUT = "actor_rollout_ref.rollout"
+AWAKE = " and the actor pool's vLLM, awake: under the late join the push comes while it generates"
 SWITCH_OFF = "switch shared rollout off (unset VERL_SPLIT_SHARED_ROLLOUT, or split_placement.shared_rollout=false)"
 
 
@@ -127,14 +130,17 @@ def estimate(config: Any, critic_gpus: int, gpu_gb: float | None, critic_params:
     )
 
 
-def actor_estimate(config: Any, actor_gpus: int, gpu_gb: float | None, actor_params: float | None) -> MemoryEstimate:
-    """One actor-pool GPU during the push: the actor's state (and the reference's), the push's buffers."""
+def actor_estimate(
+    config: Any, actor_gpus: int, gpu_gb: float | None, actor_params: float | None, vllm_awake: bool = False
+) -> MemoryEstimate:
+    """One actor-pool GPU during the push: the actor's state (and the reference's), the push's buffers, and
+    the hybrid vLLM's share when the push comes while it generates (``vllm_awake``: the late join)."""
     states = [role_state(config, "actor", actor_gpus, actor_params, exporting=True)]
     if uses_reference(config):
         states.append(role_state(config, "ref", actor_gpus, actor_params))
     return MemoryEstimate(
         states=tuple(states),
-        vllm_fraction=0.0,
+        vllm_fraction=float(select_key(config, f"{ROLLOUT}.gpu_memory_utilization", 0.5)) if vllm_awake else 0.0,
         bucket_mb=_bucket_mb(config),
         gpu_gb=gpu_gb,
         processes=ACTOR_PROCESSES,
@@ -158,8 +164,10 @@ def check(found: MemoryEstimate, where: str) -> None:
     raise PlacementError(
         f"{where}: shared rollout's weight push does not fit an actor-pool GPU: verl's NCCL checkpoint engine "
         "allocates its two buckets on every actor rank (verl/checkpoint_engine/nccl_checkpoint_engine.py:165-173 "
-        f"in 0.9.1) beside the actor's state. {found.describe()}. Make room: {offload}, a smaller {bucket} (the "
-        f"push needs 2 of it), a larger actor pool, or {SWITCH_OFF}."
+        f"in 0.9.1) beside the actor's state{AWAKE if found.vllm_fraction else ''}. {found.describe()}. Make room: "
+        f"{offload}, a smaller {bucket} (the push needs 2 of it), a larger actor pool, "
+        f"{'VERL_SPLIT_LATE_JOIN=off (the push then comes while that vLLM sleeps), ' if found.vllm_fraction else ''}"
+        f"or {SWITCH_OFF}."
     )
 
 
@@ -182,16 +190,33 @@ def detect_gpu_gb() -> float | None:
     return min(sizes) if sizes else None
 
 
+def late_join_pushes_beside_vllm() -> bool:
+    """The run asked for the late join (``VERL_SPLIT_LATE_JOIN=on``) and the deferred critic update: the critic
+    pool's push can then come while the actor pool's vLLM generates. ``auto`` keeps it off on GPUs, and the CPU
+    dry run has no GPU memory to check."""
+    from verl_split.core import settings
+
+    current = settings.current()
+    return current.late_join is True and current.defer_critic
+
+
 def with_memory_estimate(
-    plan: Plan, config: Any, gpu_gb: float | None, critic_params: float | None, actor_params: float | None = None
+    plan: Plan,
+    config: Any,
+    gpu_gb: float | None,
+    critic_params: float | None,
+    actor_params: float | None = None,
+    late_join: bool | None = None,
 ) -> Plan:
-    """Refuse a shared-rollout plan whose critic-pool or actor-pool GPUs cannot hold it; else note the estimates."""
+    """Refuse a shared-rollout plan whose critic-pool or actor-pool GPUs cannot hold it; else note the estimates.
+    ``late_join``: the push may come beside the actor pool's awake vLLM (default: what the settings ask)."""
     critic, actor = plan.pool_of("critic"), plan.pool_of("actor")
     if critic is None or actor is None:
         return plan
     where = f"{plan.source}={plan.placement!r}"
     found = estimate(config, critic.size, gpu_gb, critic_params)
     check(found, where)
-    pushed = actor_estimate(config, actor.size, gpu_gb, actor_params)
+    awake = late_join_pushes_beside_vllm() if late_join is None else late_join
+    pushed = actor_estimate(config, actor.size, gpu_gb, actor_params, vllm_awake=awake)
     check(pushed, where)
     return dataclasses.replace(plan, notes=(*plan.notes, found.describe(), pushed.describe()))
