@@ -191,9 +191,9 @@ def _pipeline(where: str, mesh: Mesh) -> None:
             f"{head} sets {vpp_key}=1 with {pp_key}={mesh.pp}: megatron-core runs its interleaved schedule whenever a "
             f"virtual pipeline size is set (megatron/core/pipeline_parallel/schedules.py get_forward_backward_func in "
             f"{MC}), here with one virtual stage, so nothing interleaves, yet its micro-batch group rule applies "
-            "(forward_backward_pipelining_with_interleaving raises ValueError when a rank's micro-batches are not whole "
-            "groups of the pipeline size), and verl's Megatron engine rounds the count to groups only for a virtual "
-            f"pipeline size above 1 (workers/engine/megatron/transformer_impl.py forward_backward_batch). Set "
+            "(forward_backward_pipelining_with_interleaving raises ValueError when a rank's micro-batches are not "
+            "whole groups of the pipeline size), and verl's Megatron engine rounds the count to groups only for a "
+            f"virtual pipeline size above 1 (workers/engine/megatron/transformer_impl.py forward_backward_batch). Set "
             f"{vpp_key}=null for the plain pipeline schedule, or 2 or more to interleave."
         )
     if mesh.interleaved and mesh.group < mesh.pp:
