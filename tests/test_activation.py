@@ -81,16 +81,18 @@ _LEGACY_WORKERS = {
     "verl.workers.fsdp_workers:CriticWorker.update_critic",
     "verl.workers.megatron_workers:CriticWorker.update_critic",  # the 0.7 env has megatron-core (megatron-cpu)
 }
+#: Shared rollout on RayPPOTrainer (0.8+; off unless asked for: the wrappers then call verl straight).
+_SHARED_ROLLOUT_V0 = {_RAY_TRAINER + "init_workers", _RAY_TRAINER + "_validate"} | {
+    "verl.workers.rollout.llm_server:LLMServerManager.get_client"
+}
 #: Exactly the functions and methods VERL_SPLIT=1 replaces, per verl release family (the review asked
 #: for the exact set: a seam that patches too much or silently nothing shows here).
 PATCHED: dict[str, set[str]] = {
     "0.7": _EVERY_FAMILY | _BEFORE_V1 | _LEGACY_WORKERS,
-    "0.8": _EVERY_FAMILY | _BEFORE_V1,
+    "0.8": _EVERY_FAMILY | _BEFORE_V1 | _SHARED_ROLLOUT_V0,
     "0.9": _EVERY_FAMILY
+    | _SHARED_ROLLOUT_V0
     | {"verl.trainer.main_ppo_v0:BaseTaskRunner.init_resource_pool_mgr"}
-    # shared rollout on RayPPOTrainer (off unless asked for; the wrappers then call verl straight)
-    | {_RAY_TRAINER + "init_workers", _RAY_TRAINER + "_validate"}
-    | {"verl.workers.rollout.llm_server:LLMServerManager.get_client"}
     | {
         _V1_TRAINER + m
         for m in ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values", "_init_resource_pool_mgr")

@@ -271,12 +271,12 @@ def test_unmerged_lora_is_an_error(key):
 # --------------------------------------------------------------------------- f. the release
 
 
-@pytest.mark.parametrize("version", ["0.7.1", "0.8.0"])
+@pytest.mark.parametrize("version", ["0.7.0", "0.7.1"])
 def test_an_older_release_is_an_error(monkeypatch, version):
     monkeypatch.setattr(compat, "installed_version", lambda distribution="verl": version)
     message = plan_error(config())
     assert message.startswith(f"shared rollout is not on this release (verl {version})")
-    assert "upgrade to verl 0.9.x" in message and "VERL_SPLIT_SHARED_ROLLOUT" in message
+    assert "upgrade to verl 0.8 or newer" in message and "VERL_SPLIT_SHARED_ROLLOUT" in message
     # Off, the same release plans as before.
     assert not plan_from_config(config(shared=False), "").shared_rollout
 

@@ -45,11 +45,11 @@ LEGACY_WORKERS = SpecifierSet("<0.8")
 #: ``add_servers``), ``RolloutReplica.init_colocated`` and the checkpoint engine's ``CheckpointEngineManager``
 #: with its ``custom_backend_module``. 0.7.1 has none of these (its balancer, ``experimental/agent_loop/
 #: agent_loop.py:58``, has no ``add_servers``; no checkpoint engine). Per trainer:
-#: the v1 trainer (0.9) and ``RayPPOTrainer`` (0.9's ``trainer.use_v1=false``).
+#: the v1 trainer (0.9) and ``RayPPOTrainer`` (0.8, and 0.9's ``trainer.use_v1=false``).
 SHARED_ROLLOUT_V1 = SpecifierSet(">=0.9")
-SHARED_ROLLOUT_V0 = SpecifierSet(">=0.9")
+SHARED_ROLLOUT_V0 = SpecifierSet(">=0.8")
 #: Releases where any trainer has it.
-SHARED_ROLLOUT = SpecifierSet(">=0.9")
+SHARED_ROLLOUT = SpecifierSet(">=0.8")
 #: verl 0.7.1 gathered the reward settings under ``reward`` (``reward.custom_reward_function``,
 #: ``reward.num_workers``); 0.7.0 keeps ``custom_reward_function`` at the top and ``reward_model.num_workers``.
 REWARD_SECTION = SpecifierSet(">=0.7.1")

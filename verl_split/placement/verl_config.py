@@ -217,8 +217,9 @@ def check_shared_rollout_run(config: Any) -> None:
     # No verl here (a laptop planning a cluster's layout): nothing to check against.
     if version is not None and not compat.verl_in(compat.SHARED_ROLLOUT):
         raise PlacementError(
-            f"shared rollout is not on this release (verl {version}): it needs verl 0.9's run-time server "
-            f"registration and checkpoint-engine registry; upgrade to verl 0.9.x or {SWITCH_OFF_HINT}."
+            f"shared rollout is not on this release (verl {version}): it needs the rollout servers' load balancer "
+            f"with run-time server registration and the checkpoint engine, which arrived in verl 0.8; upgrade to "
+            f"verl 0.8 or newer, or {SWITCH_OFF_HINT}."
         )
     # On RayPPOTrainer (trainer.use_v1=false) there is no trainer_mode: the runtime checks its loop instead.
     v1 = select_key(config, "trainer.use_v1", True) is not False

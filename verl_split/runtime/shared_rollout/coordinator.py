@@ -2,7 +2,9 @@
 
 Under split placement only the actor pool's hybrid replicas generate, so the critic pool idles
 through generation, usually the longest phase (verl issue 977). With shared rollout on
-(``split_placement.shared_rollout`` / ``VERL_SPLIT_SHARED_ROLLOUT``), verl 0.9's v1 trainer gets:
+(``split_placement.shared_rollout`` / ``VERL_SPLIT_SHARED_ROLLOUT``), verl's trainer gets (the v1 trainer of
+0.9 in ``sync`` mode, and ``RayPPOTrainer`` of 0.8 and 0.9: the same steps, hooked in where each trainer builds
+its rollout, ``hooks.py``):
 
 1. Extra rollout replicas on the critic pool, one per ``tp x dp x pp`` of its GPUs, beside the
    critic's workers: verl's own ``RolloutReplica.init_colocated``, which the reward-model and

@@ -1,5 +1,5 @@
-"""Shared rollout's seams: verl 0.9's v1 trainer, and ``RayPPOTrainer`` (0.9's ``trainer.use_v1=false``) with its
-``LLMServerManager.get_client`` (``hooks.py``; what they do, the same for both: ``coordinator.py``)."""
+"""Shared rollout's seams: verl 0.9's v1 trainer, and ``RayPPOTrainer`` (0.8, 0.9's ``trainer.use_v1=false``) with
+its ``LLMServerManager.get_client`` (``hooks.py``; what they do, the same for both: ``coordinator.py``)."""
 
 from __future__ import annotations
 
