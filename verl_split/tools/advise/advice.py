@@ -15,6 +15,7 @@ from verl_split.tools.advise.defer_or_share import Choice, choose
 from verl_split.tools.advise.deferral import DeferralCosts, deferral_costs
 from verl_split.tools.advise.late_join import break_even_push
 from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
+from verl_split.tools.advise.pool_memory import MemoryRule, memory_rule
 from verl_split.tools.advise.reasons import caveat, reason
 from verl_split.tools.advise.requirements import JobRequirements, job_requirements
 from verl_split.tools.advise.runs import LANE_MEANING, AdviseError, Run, read_run
@@ -39,8 +40,9 @@ class Advice:
     #: The deferred critic update's weight sync, when the cluster has a split to defer on; deferral or shared.
     deferral: DeferralCosts | None = None
     choice: Choice | None = None
-    #: What every candidate had to satisfy, and where it was read from.
+    #: What every candidate had to satisfy, and where it was read from; the memory rule per pool.
     job: JobRequirements | None = None
+    memory: MemoryRule | None = None
 
     @property
     def recommended(self) -> Candidate:
@@ -54,6 +56,30 @@ class Advice:
         late = candidate.prediction.late
         return break_even_push(late, target) if late is not None else target - candidate.prediction.step_s
 
+    def _memory_json(self) -> dict[str, Any]:
+        rule = self.memory
+        assert rule is not None
+        return {
+            "gpu_gb": rule.gpu_gb,
+            "gpu_source": rule.gpu_source,
+            "runs_reserved_gb": rule.runs_reserved_gb,
+            "params": {"actor": rule.actor_params, "critic": rule.critic_params, "source": rule.params_source},
+            "per_candidate": {
+                c.name: [
+                    {
+                        "pool": n.pool,
+                        "gpus": n.gpus,
+                        "need_gb": n.need_gb,
+                        "at": n.moment,
+                        "generation_state_gb": n.generation_gb,
+                        "max_gpu_memory_utilization": None if rule.gpu_gb is None else n.vllm_room(rule.gpu_gb),
+                    }
+                    for n in rule.needs(c.prediction.actor_gpus, c.prediction.critic_gpus, c.prediction.colocated)
+                ]
+                for c in self.candidates
+            },
+        }
+
     def to_json(self) -> dict[str, Any]:
         best = self.recommended
         return {
@@ -65,6 +91,7 @@ class Advice:
             "candidates": [c.to_json() for c in self.candidates],
             "rejected": [{"placement": name, "why": why} for name, why in self.rejected],
             "job": None if self.job is None else self.job.to_json(),
+            "memory": None if self.memory is None else self._memory_json(),
             "shared_rollout": None
             if self.shared is None
             else {
@@ -102,10 +129,13 @@ def advise(
     push_s: float | None = None,
     model_params: float | None = None,
     critic_offload_s: float | None = None,
+    gpu_gb: float | None = None,
+    critic_params: float | None = None,
 ) -> Advice:
     """Read the runs, fit the cost model and rank every placement the planner accepts on the cluster.
 
     ``rollout_tp``: ``--rollout-tp``, over what the logs say (their printed config or echoed command).
+    ``gpu_gb``, ``model_params`` (the actor's), ``critic_params``: the memory rule's GPU and model sizes.
     ``push_s``, ``model_params``, ``critic_offload_s``: shared rollout's costs where the runs do not measure them.
     """
     if not paths:
@@ -118,8 +148,18 @@ def advise(
     shared = shared_rollout_costs(runs, push_s, model_params, critic_offload_s)
     deferral = deferral_costs(runs)
     job = job_requirements(runs, model.has_critic, rollout_tp)
+    reserved = max((run.max_reserved_gb for run in runs if run.max_reserved_gb is not None), default=None)
+    memory = memory_rule(job.config, gpu_gb, model_params, critic_params, reserved)
+    ran = frozenset((run.colocated, run.actor_gpus, run.critic_gpus) for run in runs)
     everything, rejected = rank(
-        model, cluster, overlaps=overlaps, shared=shared, deferral=deferral, requirements=job.requirements
+        model,
+        cluster,
+        overlaps=overlaps,
+        shared=shared,
+        deferral=deferral,
+        requirements=job.requirements,
+        memory=memory,
+        ran=ran,
     )
     candidates = [c for c in everything if c.ranked]
     unranked = tuple(c for c in everything if not c.ranked)
@@ -147,6 +187,7 @@ def advise(
         deferral=deferral if has_deferral else None,
         choice=choose(everything) if has_deferral else None,
         job=job,
+        memory=memory,
     )
 
 

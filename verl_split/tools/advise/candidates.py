@@ -27,6 +27,7 @@ from verl_split.tools.advise import deferral as deferral_module
 from verl_split.tools.advise import late_join
 from verl_split.tools.advise.deferral import DeferralCosts
 from verl_split.tools.advise.model import OVERLAPS, CostModel, Prediction, predict
+from verl_split.tools.advise.pool_memory import MemoryRule
 from verl_split.tools.advise.shared import TAG, SharedRolloutCosts
 
 STOCK = "all"
@@ -118,11 +119,15 @@ def rank(
     shared: SharedRolloutCosts | None = None,
     deferral: DeferralCosts | None = None,
     requirements: Requirements | None = None,
+    memory: MemoryRule | None = None,
+    ran: frozenset[tuple[bool, int, int]] = frozenset(),
 ) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """Every candidate the planner accepts, fastest first; and the rejected ones with the planner's reason.
 
     ``requirements``: the job's, as the planner reads them from its config (the rollout replica, the batch,
     Megatron meshes: :mod:`verl_split.tools.advise.requirements`); None: the rollout replica ``rollout_tp`` only.
+    ``memory``: each pool must hold its models (:mod:`verl_split.tools.advise.pool_memory`), except on the pool
+    sizes a run trained on (``ran``: (colocated, actor GPUs, critic GPUs)), which held them.
 
     With ``shared``, each split's shared-rollout variant too; the variants that are not ranked (their push is
     not known) come last, by their lower bound. With ``deferral``, each split's deferred-critic variant; with
@@ -147,6 +152,10 @@ def rank(
             key = (True, plan.pools[0].size, plan.pools[0].size)
         else:
             key = (False, plan.pools[0].size, critic_pool.size)
+        why = None if memory is None or key in ran else memory.refusal(key[1], key[2], key[0])
+        if why is not None:
+            rejected.append((name, why))
+            continue
         layouts.setdefault(key, []).append(name)
     predictions = {
         key: predict(model, actor_gpus=key[1], critic_gpus=key[2], colocated=key[0], overlaps=overlaps)

@@ -72,11 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     shared.add_argument(
         "--model-params",
+        "--actor-params",
+        dest="model_params",
         type=_parameter_count,
         default=None,
         metavar="N",
         help="The actor's parameter count (7e9, 7B, 500M), to estimate the push at an assumed bandwidth when no run "
-        "measured it.",
+        "measured it, and for the memory rule (default: its config.json, else the size in its name).",
     )
     shared.add_argument(
         "--critic-offload-s",
@@ -85,6 +87,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="Seconds per step to offload the critic's training state for generation and reload it, beyond what "
         "the runs measured (default: assumed 0; verl's own critic offload, when on in the runs, is in their times).",
+    )
+    memory = parser.add_argument_group("memory: each pool must hold its models")
+    memory.add_argument(
+        "--gpu-memory",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="Memory of one GPU in GiB (80 for an 80 GB A100/H100): a layout whose pool cannot hold its models' "
+        "parameters, gradients and optimizer state (as the job's config offloads them) is refused. Without it "
+        "nothing is refused and the estimate is shown.",
+    )
+    memory.add_argument(
+        "--critic-params",
+        type=_parameter_count,
+        default=None,
+        metavar="N",
+        help="The critic's parameter count (default: its config.json, else the size in its name).",
     )
     parser.add_argument("--json", action="store_true", help="Print the runs, the model and the ranking as JSON.")
     parser.add_argument("--plot", metavar="FILE.png", help="Draw the predicted step time per placement, by phase.")
@@ -128,6 +147,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Flags that make no sense together: AdviseError with what to do instead."""
     from verl_split.tools.advise.runs import AdviseError
 
+    if args.gpu_memory is not None and not 0 < args.gpu_memory < float("inf"):
+        raise AdviseError(f"--gpu-memory {args.gpu_memory}: give one GPU's memory in GiB, e.g. 80.")
     for flag, value in (("--push-s", args.push_s), ("--critic-offload-s", args.critic_offload_s)):
         if value is not None and not 0 <= value < float("inf"):
             raise AdviseError(f"{flag} {value}: give seconds, 0 or more.")
@@ -164,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
             push_s=args.push_s,
             model_params=args.model_params,
             critic_offload_s=args.critic_offload_s,
+            gpu_gb=args.gpu_memory,
+            critic_params=args.critic_params,
         )
     except VerlSplitError as exc:
         print(f"verl-split advise: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from verl_split.tools.advise import deferral, late_join
 from verl_split.tools.advise.advice import Advice
 from verl_split.tools.advise.candidates import STOCK
 from verl_split.tools.advise.model import FIT_LINEAR
+from verl_split.tools.advise.render_checks import job_lines, memory_lines, refused_rows
 from verl_split.tools.advise.runs import LANE_MEANING, LANE_POOL, LANES
 from verl_split.tools.advise.shared import TAG
 
@@ -59,18 +60,7 @@ def render_text(advice: Advice) -> str:
             out += _wrap(f"note: {note}", "  ")
         out.append("")
 
-    if advice.job is not None:
-        job = advice.job
-        batch = job.requirements.batch
-        rules = ["whole rollout replicas of " + f"{job.rollout_gpus} GPU(s) per node ({job.rollout_source})"]
-        if batch is not None:
-            rules.append(f"the batch split over each pool (verl {batch.family}'s {batch.rules} rules)")
-        if job.requirements.megatron:
-            rules.append("Megatron meshes of " + ", ".join(mesh.role for mesh in job.requirements.megatron))
-        out += _wrap("every placement is planned with the job's " + "; ".join(rules), "")
-        for note in job.notes:
-            out += _wrap(f"note: {note}", "  ")
-        out.append("")
+    out += job_lines(advice)
     out.append("cost model, each lane on its pool of n GPUs: time(n) = serial + parallel / n")
     out.append(f"  {'lane':<20} {'pool':<7} {'serial':>8} {'parallel':>9}  from")
     for lane, lane_model in advice.model.lanes.items():
@@ -128,7 +118,7 @@ def render_text(advice: Advice) -> str:
             "    ",
         )
     out += _shared_rows(advice)
-    out += _refused_rows(advice)
+    out += refused_rows(advice)
     out.append("")
 
     best = advice.recommended
@@ -152,6 +142,7 @@ def render_text(advice: Advice) -> str:
             "  ",
             "    ",
         )
+    out += memory_lines(advice)
     if advice.choice is not None:
         choice = advice.choice
         out += _wrap(
@@ -168,29 +159,6 @@ def render_text(advice: Advice) -> str:
 
 def _wrap(text: str, indent: str, more: str | None = None) -> list[str]:
     return textwrap.wrap(text, width=WIDTH, initial_indent=indent, subsequent_indent=more or indent + "  ")
-
-
-def _refused_rows(advice: Advice) -> list[str]:
-    """Each layout the planner refused, with the first line of its reason (``--json`` has the whole)."""
-    out = []
-    if advice.rejected:
-        out.append("  refused by the planner (verl would not run them; --json has each reason whole):")
-    for name, why in advice.rejected:
-        out += _wrap(f"{name}: {short_reason(name, why)}", "    ", "      ")
-    return out
-
-
-def short_reason(name: str, why: str) -> str:
-    """The planner's reason in a sentence: without the placement's own name, its first sentence or bullet."""
-    lines = [line.strip() for line in why.strip().splitlines() if line.strip()]
-    text = lines[0] if lines else why
-    if text.endswith(":") and len(lines) > 1:  # a list of problems follows: the first says enough
-        text = f"{text} {lines[1].lstrip('- ')}"
-    head = text.split(": ", 1)
-    if len(head) == 2 and head[0].endswith(f"{name.split()[0]!r}"):
-        text = head[1]
-    sentence = text.split(". ", 1)[0]
-    return sentence if sentence.endswith(".") else sentence + "."
 
 
 def _shared_rows(advice: Advice) -> list[str]:

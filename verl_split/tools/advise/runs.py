@@ -71,6 +71,8 @@ LANES: tuple[tuple[str, str, str], ...] = (
 )
 LANE_POOL = {name: pool for name, pool, _ in LANES}
 LANE_MEANING = {name: meaning for name, _, meaning in LANES}
+#: verl's peak of ``torch.cuda.max_memory_reserved`` over a step's workers, GiB (``perf/max_memory_reserved_gb``).
+RESERVED_GB = "perf/max_memory_reserved_gb"
 #: The phases of :func:`verl_split.dryrun.report.phase_times` that the cost model holds fixed.
 FIXED_PHASES = ("reward", "adv", "other")
 
@@ -113,6 +115,8 @@ class Run:
     #: The job's config as the log gives it (printed, else the echoed overrides), and which of the two.
     job_config: dict[str, Any] | None = field(default=None, compare=False)
     job_source: str = ""
+    #: The most GPU memory a step reserved (verl's ``perf/max_memory_reserved_gb``), when logged.
+    max_reserved_gb: float | None = None
 
     def periodic_spread(self, work: PeriodicWork) -> Spread:
         return Spread.of([work.seconds[n] for n in work.steps])
@@ -280,4 +284,5 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         periodic=tuple(log.periodic),
         job_config=job.config,
         job_source=job.source,
+        max_reserved_gb=max(values(steps, RESERVED_GB), default=None),
     )
