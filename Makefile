@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-extended test-fast test-unit lint test-oldest test-releases test-release test-all-families
+.PHONY: demo test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,13 @@ test-releases:
 # VERL=main (.venvs/verl-main, from verl's source tree: scripts/source-env.sh).
 test-release:
 	scripts/test-release.sh $(VERL)
+
+# A verl source snapshot's leg (verl's neo or main branch, packed in ../shared/verl-src/; not in CI): its
+# environment, the preflight, the split demo with every overlap and shared rollout, and the bit-for-bit e2e
+# pair where its default trainer is RayPPOTrainer (scripts/source-leg.sh). make test-source VERL_SRC=neo
+VERL_SRC ?= neo
+test-source:
+	scripts/source-leg.sh $(VERL_SRC)
 
 # The whole suite on every family with a constraints file (not in CI: it takes long).
 test-all-families:
