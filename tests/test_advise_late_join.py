@@ -17,8 +17,8 @@ from verl_split.tools.advise import advise
 from verl_split.tools.advise.candidates import rank
 from verl_split.tools.advise.deferral import DeferralCosts
 from verl_split.tools.advise.late_join import LateJoin, break_even_push
-from verl_split.tools.advise.model import CostModel, LaneModel, predict
-from verl_split.tools.advise.runs import read_run
+from verl_split.tools.advise.model import CostModel, LaneModel, build_model, predict
+from verl_split.tools.advise.runs import AdviseError, read_run
 from verl_split.tools.cli import main
 
 pytestmark = pytest.mark.unit
@@ -192,11 +192,16 @@ def late_run(path: Path, profile: Profile, a: int, c: int, sync: float, push: fl
     return write_run(path, records)
 
 
-def test_a_late_join_run_gives_the_actor_pools_generation_and_the_push(tmp_path, capsys):
+def test_a_late_join_run_gives_the_push_but_not_its_mixed_generation(tmp_path, capsys):
     path = late_run(tmp_path / "both.jsonl", CRITIC_HEAVY, 4, 4, sync=0.5, push=0.8)
     run = read_run(path, CLUSTER)
     assert run.late_join and run.layout.endswith("shared rollout joined late, critic update deferred")
-    assert run.gpus_of("gen") == 4 and run.lanes["gen"].mean == pytest.approx(lane(CRITIC_HEAVY, "gen", 4))
+    # Every step joined part-way: its generation is neither pool size's, and the saving that would convert it
+    # (split/shared_rollout_saved_s) is an estimate: issue 34, never a measurement in the fit.
+    assert "gen" not in run.lanes and run.gen_both is None
+    assert any(
+        "0 on the actor pool's 4 GPUs, 0 on both pools' 8, 4 joined part-way and left out" in n for n in run.notes
+    )
     assert run.push.mean == pytest.approx(0.8) and run.sync.mean == pytest.approx(0.5)  # not taken out of it
     assert run.fixed.mean == pytest.approx(1.0 + 0.5)  # the sync stays; no push in it
     assert run.joined.mean == 1.0 and run.join_at.mean > 0 and run.saved.mean > 0
@@ -207,8 +212,9 @@ def test_a_late_join_run_gives_the_actor_pools_generation_and_the_push(tmp_path,
     stock = run_file(tmp_path / "stock.jsonl", CRITIC_HEAVY, n=8)
     assert main(["advise", str(stock), str(path), *CLUSTER_ARGS]) == 0
     out = capsys.readouterr().out
-    assert "critic pool joined (0/1)" in out and "its join, s into gen" in out and "generation it saved" in out
+    assert "critic pool joined (0/1)" in out and "its join, s into gen" in out and "saved (estimate, unfitted)" in out
     advice = advise([stock, path], CLUSTER)
+    assert advice.model.lanes["gen"].points == ((8, pytest.approx(lane(CRITIC_HEAVY, "gen", 8))),)  # stock only
     assert advice.shared.push_s == pytest.approx(0.8) and advice.deferral.sync_s == pytest.approx(0.5)
     assert advice.recommended.both  # the measured push prices the rows
 
@@ -232,3 +238,35 @@ def test_the_candidates_rank_both_only_beside_a_shared_row():
     both = {c.placement for c in candidates if c.both}
     shared = {c.placement for c in candidates if c.shared_rollout and not c.deferred}
     assert both and both <= shared and "1:7" not in both  # 1:7's critic pool holds no whole replicas of 2
+
+
+def test_only_steps_on_one_pool_size_fit_generation_never_the_saved_estimate(tmp_path):
+    """Issue 34: split/shared_rollout_saved_s is the runtime's linear-rate estimate. A step whose critic pool never
+    joined measured the actor pool's generation, one whose pool was there from the start both pools'; only those
+    enter the fit, and a bogus saving changes nothing."""
+    records = []
+    for i in range(6):
+        data = split_step(CRITIC_HEAVY, 4, 4)
+        kind = ("never", "start", "late")[i % 3]
+        gen = {"never": lane(CRITIC_HEAVY, "gen", 4), "start": lane(CRITIC_HEAVY, "gen", 8), "late": 99.0}[kind]
+        data.update({"timing_s/gen": gen, "split/critic_pool_rollout_share": 0.0 if kind == "never" else 0.4})
+        data.update({"split/critic_pool_joined": 0.0 if kind == "never" else 1.0, "split/critic_update_deferred": 1.0})
+        data.update({"split/critic_join_wait_s": 0.0, "split/shared_rollout_saved_s": 1000.0})
+        data["split/critic_pool_join_s"] = {"never": 0.0, "start": 0.0, "late": 3.0}[kind]
+        records.append(data)
+    run = read_run(write_run(tmp_path / "mixed.jsonl", records), CLUSTER)
+    assert run.late_join and run.steps == (2, 3, 4, 5, 6)
+    assert run.lanes["gen"].mean == pytest.approx(lane(CRITIC_HEAVY, "gen", 4))  # steps 4: never joined
+    assert run.gen_both.mean == pytest.approx(lane(CRITIC_HEAVY, "gen", 8))  # steps 2, 5: there from the start
+    model = build_model([run])
+    serial, parallel = CRITIC_HEAVY["gen"]
+    assert (model.lanes["gen"].serial_s, model.lanes["gen"].parallel_s) == (
+        pytest.approx(serial),
+        pytest.approx(parallel),
+    )
+
+
+def test_no_step_on_one_pool_size_is_an_error(tmp_path):
+    path = late_run(tmp_path / "both.jsonl", CRITIC_HEAVY, 4, 4, sync=0.5, push=0.8)
+    with pytest.raises(AdviseError, match="no run measured generation on one pool size"):
+        advise([path], CLUSTER)

@@ -48,7 +48,7 @@ from typing import Any
 
 from verl_split.tools.advise.deferral import DeferralCosts, DeferredCritic, defer
 from verl_split.tools.advise.late_join import LateJoin
-from verl_split.tools.advise.runs import LANE_POOL, LANES, Run
+from verl_split.tools.advise.runs import LANE_POOL, LANES, AdviseError, Run
 from verl_split.tools.advise.shared import SharedRolloutCosts
 
 #: The overlaps verl-split performs with ``VERL_SPLIT_OVERLAP=on`` (the default).
@@ -144,8 +144,16 @@ def build_model(runs: Sequence[Run]) -> CostModel:
     lanes = {}
     for lane, _, _ in LANES:
         points = [(run.gpus_of(lane), run.lanes[lane].mean) for run in runs if lane in run.lanes]
+        if lane == "gen":  # a late-join run's steps with both pools there from the start
+            points += [(run.actor_gpus + run.critic_gpus, run.gen_both.mean) for run in runs if run.gen_both]
         if points:
             lanes[lane] = fit_lane(lane, points)
+    if "gen" not in lanes:
+        raise AdviseError(
+            "no run measured generation on one pool size: every step of the late-join runs had the critic pool join "
+            "part-way (split/shared_rollout_saved_s, which would convert it, is an estimate, not a measurement). "
+            "Add a stock run or a split run without shared rollout."
+        )
     fixed = sum(run.fixed.mean for run in runs) / len(runs)
     return CostModel(lanes=lanes, fixed_s=fixed)
 

@@ -42,7 +42,7 @@ def render_text(advice: Advice) -> str:
             rows += [("critic update hidden", run.hidden), ("wait at its join", run.join_wait)]
         if run.late_join:  # shared rollout with the deferral: the critic pool joined generation late
             rows += [("critic pool joined (0/1)", run.joined), ("its join, s into gen", run.join_at)]
-            rows += [("generation it saved", run.saved)]
+            rows += [("saved (estimate, unfitted)", run.saved)]
         for label, spread in rows:
             if spread is not None:
                 out.append(f"  {label:<26} {spread.mean:8.2f} [{spread.low:.2f}-{spread.high:.2f}]")

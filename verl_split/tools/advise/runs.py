@@ -53,6 +53,7 @@ from verl_split.tools.advise.steps import (
     SAVED_S,
     SYNC_S,
     Spread,
+    generation_pools,
     joined_late,
     lane_times,
     number,
@@ -115,6 +116,8 @@ class Run:
     #: The job's config as the log gives it (printed, else the echoed overrides), and which of the two.
     job_config: dict[str, Any] | None = field(default=None, compare=False)
     job_source: str = ""
+    #: A late-join run's generation in the steps where the critic pool was there from the start (A + C GPUs).
+    gen_both: Spread | None = None
     #: The most GPU memory a step reserved (verl's ``perf/max_memory_reserved_gb``), when logged.
     max_reserved_gb: float | None = None
 
@@ -209,11 +212,17 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
     per_lane: dict[str, list[float]] = {lane: [] for lane in LANE_POOL}
     previous = {int(s["step"]): s for s in steps}
     late = [joined_late(step) and not layout.colocated for step in steady]
+    gen_both, mixed = [], 0
     for step in steady:
         before = previous.get(int(step["step"]) - 1, {})
         lanes = lane_times(step, number(before.get(JOIN_WAIT_S)))
-        if any(late) and "gen" in lanes:  # the actor pool's generation alone, at the rate it kept
-            lanes["gen"] += number(step.get(SAVED_S)) or 0.0
+        if any(late) and "gen" in lanes:  # a late-join run: only steps on one pool size measure generation
+            pools = generation_pools(step)
+            if pools == "both":
+                gen_both.append(lanes.pop("gen"))
+            elif pools is None:
+                lanes.pop("gen")
+                mixed += 1
         for lane, value in lanes.items():
             per_lane[lane].append(value)
     missing = [LANE_MEANING[lane] for lane, times in per_lane.items() if not times and lane != "gen"]
@@ -222,7 +231,7 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
             f"no {', '.join(missing)} column(s): those lanes are left out (a job without a critic has no critic "
             "lanes); export them if the run had them"
         )
-    if not per_lane["gen"]:
+    if not per_lane["gen"] and not gen_both and not mixed:
         raise AdviseError(
             f"{name} has no generation time (timing_s/gen) in steps {steady[0]['step']}-{steady[-1]['step']}: "
             "advise needs the timing_s/* metrics of verl's PPO trainer."
@@ -244,7 +253,9 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
             + (f", {sum(join_at) / len(join_at):.2f} s after its start on average" if join_at else "")
             + (f", generated {100 * rollout_share.mean:.0f} % of the sequences" if rollout_share else "")
             + (f" and saved {sum(saved) / len(saved):.2f} s a step at the actor pool's rate" if saved else "")
-            + f"; generation counts as the actor pool's alone on {layout.actor_gpus} GPUs ({SAVED_S} added back)"
+            + f" (its estimate, {SAVED_S}, is not a measurement); generation is fitted from the steps on one pool "
+            f"size only: {len(per_lane['gen'])} on the actor pool's {layout.actor_gpus} GPUs, {len(gen_both)} on "
+            f"both pools' {layout.actor_gpus + layout.critic_gpus}, {mixed} joined part-way and left out"
         )
     elif rollout_share is not None and rollout_share.mean > 0 and not layout.colocated:
         even = layout.critic_gpus / (layout.actor_gpus + layout.critic_gpus)
@@ -285,4 +296,5 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         job_config=job.config,
         job_source=job.source,
         max_reserved_gb=max(values(steps, RESERVED_GB), default=None),
+        gen_both=Spread.of_any(gen_both),
     )

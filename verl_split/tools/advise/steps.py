@@ -91,6 +91,21 @@ def joined_late(step: Mapping[str, Any]) -> bool:
     return joined == 0.0 or (joined is not None and at is not None and at > 0.0)
 
 
+def generation_pools(step: Mapping[str, Any]) -> str | None:
+    """Which pools a late-join run's step generated on, as measured: "actor" (the critic pool never joined),
+    "both" (it was there from the step's start), or None (it joined part-way: a mix of the two rates).
+
+    A mixed step's ``timing_s/gen`` is neither pool size's time. ``split/shared_rollout_saved_s``, which would
+    turn it into the actor pool's, is verl-split's own estimate at the actor pool's rate (a linear rate the
+    runtime calls rough), so it never enters the fit as a measurement."""
+    joined, at = number(step.get(JOINED)), number(step.get(JOIN_S))
+    if joined == 0.0:
+        return "actor"
+    if joined is not None and (at is None or at <= 0.0):
+        return "both"
+    return None
+
+
 def values(steps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [v for v in (number(step.get(key)) for step in steps) if v is not None]
 
