@@ -92,9 +92,11 @@ def test_caps_leave_an_even_share_queued_at_first_and_follow_what_the_critic_poo
     assert caps_for_late_join(128, ["h"], ["c"], 1.0) == {"h": 64, "c": 64}
     assert caps_for_late_join(128, ["h"], ["c"], 0.25) == {"h": 103, "c": 64}
     assert caps_for_late_join(12, ["h0", "h1"], ["c0"], 1.0) == {"h0": 4, "h1": 4, "c0": 4}
-    # No more than a server runs at once (the CPU rollout's one request, vLLM's max_num_seqs) and one ready behind.
+    # A server that batches runs what it can at once and one ready behind, never fewer: the CPU rollout's one
+    # request, vLLM's max_num_seqs (128 requests all fit one vLLM server's batch: nothing is held back, so a
+    # step that fits the actor pool's batches is not lengthened for a critic pool that may never come).
     assert caps_for_late_join(128, ["h"], ["c"], 1.0, concurrency=1) == {"h": 2, "c": 2}
-    assert caps_for_late_join(128, ["h"], ["c"], 1.0, concurrency=256) == {"h": 64, "c": 64}
+    assert caps_for_late_join(128, ["h"], ["c"], 1.0, concurrency=256) == {"h": 257, "c": 257}
 
 
 # --------------------------------------------------------------------------- the late join

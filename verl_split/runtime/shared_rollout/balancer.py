@@ -50,6 +50,9 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
         #: Requests waiting for a slot, in arrival order, each with the future its acquire awaits.
         self._waiting: deque[tuple[str, asyncio.Future]] = deque()
         self._released = 0  # requests ended since the last take_step
+        #: Seconds spent in this class's own routing (queueing, handing out, gating) since the last take_step:
+        #: verl-split's cost on the request path, beside verl's own (benchmarks/control_plane.py reads it).
+        self._own_s = 0.0
         self._step_started = time.monotonic()
         self._first_acquire: float | None = None
         self._last_release: float | None = None
@@ -91,9 +94,10 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
         wall = None
         if self._first_acquire is not None and self._last_release is not None:
             wall = max(self._last_release - self._first_acquire, 0.0)
-        step = {"routed": routed, "generation_s": wall, "opened_after_s": self._opened_after}
+        step = {"routed": routed, "generation_s": wall, "opened_after_s": self._opened_after, "own_s": self._own_s}
         self._first_acquire = self._last_release = self._opened_after = None
         self._released = 0
+        self._own_s = 0.0
         return step
 
     def take_routed(self) -> dict[str, int]:
@@ -110,12 +114,17 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
         if not self._parked and not self._caps:
             server_id, handle = super().acquire_server(request_id)
-        elif (chosen := self._choose(request_id, queued_ahead=bool(self._waiting))) is not None:
-            server_id, handle = chosen  # room now and nobody queued before it, or a conversation's next turn
         else:
-            waiter: asyncio.Future = asyncio.get_running_loop().create_future()
-            self._waiting.append((request_id, waiter))
-            server_id, handle = await waiter  # handed a slot by _hand_out, in arrival order
+            started = time.perf_counter()
+            chosen = self._choose(request_id, queued_ahead=bool(self._waiting))
+            if chosen is None:
+                waiter: asyncio.Future = asyncio.get_running_loop().create_future()
+                self._waiting.append((request_id, waiter))
+                self._own_s += time.perf_counter() - started
+                chosen = await waiter  # handed a slot by _hand_out, in arrival order
+            else:  # room now and nobody queued before it, or a conversation's next turn
+                self._own_s += time.perf_counter() - started
+            server_id, handle = chosen
         if self._first_acquire is None:
             self._first_acquire = time.monotonic()
         self._routed[server_id] += 1
@@ -133,6 +142,13 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
     def _hand_out(self) -> None:
         """Give the queued requests, first come first served, the slots there are now; stop at the first that
         finds none. Each request is chosen once, so a release costs O(servers), not O(queued x servers)."""
+        started = time.perf_counter()
+        try:
+            self._hand_out_now()
+        finally:
+            self._own_s += time.perf_counter() - started
+
+    def _hand_out_now(self) -> None:
         while self._waiting:
             request_id, waiter = self._waiting[0]
             if waiter.cancelled():  # its client gave up (an aborted generation): no slot for it
@@ -174,17 +190,21 @@ def caps_for_late_join(
 ) -> dict[str, int]:
     """In-flight caps for a step whose critic pool joins late.
 
-    Each actor-pool server takes ``ceil(requests / (H + reach * C))`` at once and refills as its requests end;
-    ``reach`` (0 to 1) is how much of an even share the critic pool took in the last step (1 at first: each
-    actor-pool server then runs as many requests at once as under shared rollout without the deferral, never
-    fewer). The critic pool's servers, once open, take up to an even share each. No cap exceeds what a server
-    runs at once (``concurrency``: vLLM's ``max_num_seqs``; 1 for the CPU rollout, which generates one request
-    at a time) by more than one: more would only wait inside the server, where a late critic pool cannot take
-    them; the one extra is ready when a request ends, so a server never idles for the balancer's round trip.
+    A server that batches (``concurrency``: vLLM's ``max_num_seqs``, or 1 for the CPU rollout, which generates
+    one request at a time) is capped at what it runs at once plus one: more would only wait inside the server,
+    where a late critic pool cannot take them; the one extra is ready when a request ends, so a server never
+    idles for the balancer's round trip. Below that no server is held: a batching server with room runs another
+    request at almost no cost to the others, so holding it back for a critic pool that may come later would
+    lengthen the step. What the caps leave queued, the critic pool takes when it joins.
+
+    With the servers' concurrency unknown, each actor-pool server takes ``ceil(requests / (H + reach * C))`` at
+    once and refills as its requests end; ``reach`` (0 to 1) is how much of an even share the critic pool took in
+    the last step (1 at first). The critic pool's servers, once open, take up to an even share each.
     """
     h, c = len(hybrid), len(shared)
-    hybrid_cap = max(1, math.ceil(requests / max(h + reach * c, 1e-9)))
-    shared_cap = max(1, math.ceil(requests / max(h + c, 1)))
     if concurrency:
-        hybrid_cap, shared_cap = min(hybrid_cap, concurrency + 1), min(shared_cap, concurrency + 1)
+        hybrid_cap = shared_cap = concurrency + 1
+    else:
+        hybrid_cap = max(1, math.ceil(requests / max(h + reach * c, 1e-9)))
+        shared_cap = max(1, math.ceil(requests / max(h + c, 1)))
     return {**dict.fromkeys(hybrid, hybrid_cap), **dict.fromkeys(shared, shared_cap)}
