@@ -6,9 +6,10 @@ update runs on into step 3 (``defer_critic``: the save joins it first); then, fr
 only that checkpoint, ``trainer.resume_mode=auto`` for 4 steps in all. Steps 3-4 of the resumed run
 must log what the uninterrupted run logged, and the final weights must be equal: bit for bit on
 ``RayPPOTrainer`` (v0). The CPU rollout seeds its sampling from the global step verl passes with each
-weight sync (or the weights themselves on 0.7), not from a count that restarts on resume. On verl's v1
-trainer the runs generate on both pools (shared rollout), and the critic pool joins step 4's generation
-late, after step 3's deferred critic update (``LATE_JOIN``), in the uninterrupted and the resumed run alike.
+weight sync (or the weights themselves on 0.7), not from a count that restarts on resume. Where the trainer
+has shared rollout (v1; v0 from 0.8 on) the runs generate on both pools, and the critic pool joins step 4's
+generation late, after step 3's deferred critic update (``LATE_JOIN``), in the uninterrupted and the resumed
+run alike.
 """
 
 from __future__ import annotations
@@ -56,8 +57,13 @@ V1_METRIC_TOL, V1_WEIGHT_TOL = 1e-5, 1e-3
 LATE_JOIN = {"VERL_SPLIT_SHARED_ROLLOUT": "1", "SLOW_GENERATE_SLEEP": "0.25", "SLOW_UPDATES_SLEEP_CRITIC": "1.0"}
 
 
+def _shared(trainer: str) -> bool:
+    """The trainer has shared rollout on this verl: the v1 trainer, or RayPPOTrainer from 0.8 on."""
+    return trainer == "v1" or compat.verl_in(compat.SHARED_ROLLOUT_V0)
+
+
 def _env(out: Path, trainer: str) -> dict[str, str]:
-    if trainer == "v1":
+    if _shared(trainer):
         return plugin_env(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves", **LATE_JOIN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
     env["VERL_SPLIT"] = "1"
@@ -117,7 +123,7 @@ def test_resume_continues_as_the_uninterrupted_run(tiny_assets, tmp_path, traine
 
     expected, got = _by_step(whole), _by_step(resumed)
     assert sorted(got) == list(range(SAVED + 1, STEPS + 1)), f"the resumed run logged steps {sorted(got)}"
-    if trainer == "v1":  # the critic pool joined the last step's generation late, in both runs
+    if _shared(trainer):  # the critic pool joined the last step's generation late, in both runs
         for run in (expected, got):
             assert run[STEPS]["split/critic_pool_joined"] == 1.0 and run[STEPS]["split/critic_pool_join_s"] > 0.0
     for step in range(SAVED + 1, STEPS + 1):
