@@ -96,6 +96,11 @@ def _mailbox() -> Any:
     return _handle
 
 
+def mailbox_ready() -> Any:
+    """A reference that resolves once the job's mailbox actor runs (started now if it is not yet)."""
+    return _mailbox().__ray_ready__.remote()
+
+
 class ObjectStoreCheckpointEngine(CheckpointEngine):
     """verl's checkpoint-engine interface over Ray's object store (CPU dry run; see the module doc)."""
 

@@ -272,6 +272,12 @@ def wire(trainer: Any, backend: str, started: Started) -> None:
 
     replicas, balancer = started.replicas, started.balancer
     engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
+    from verl_split.runtime.cpu import weight_transfer
+
+    if engine_config.backend == weight_transfer.BACKEND:
+        # The dry run's mailbox actor starts here, not inside the first push: the push's time is what the late
+        # join's rate model weighs a join against (late_join.join_pays), and a new process is no part of it.
+        ray.get(weight_transfer.mailbox_ready())
     # By position: 0.9 names the worker group actor_wg, 0.8 trainer (checkpoint_engine/base.py __init__).
     shared = CheckpointEngineManager(engine_config, trainer.actor_rollout_wg, replicas)
     requests = late_join_requests(trainer.config) if balancer is not None else 0
