@@ -161,6 +161,11 @@ def rank(
         key: predict(model, actor_gpus=key[1], critic_gpus=key[2], colocated=key[0], overlaps=overlaps)
         for key in layouts
     }
+    for key in [k for k, p in predictions.items() if p.step_s == float("inf")]:
+        # The generation model found no rollout TP whose replica holds the weights and a sequence's KV cache.
+        why = f"no rollout TP fits the {'pool' if key[0] else 'actor pool'} of {key[1]} GPUs beside its training state"
+        rejected += [(name, why) for name in layouts.pop(key)]
+        del predictions[key]
     stock_key = (True, cluster.n_gpus, cluster.n_gpus)
     stock_step = predictions[stock_key].step_s if stock_key in predictions else None
 

@@ -121,9 +121,12 @@ class CostModel:
         """The lanes whose scaling is assumed, not fitted."""
         return [lane for lane, model in self.lanes.items() if model.fit == FIT_LINEAR]
 
-    def lane_time(self, lane: str, gpus: int) -> float:
+    def lane_time(self, lane: str, gpus: int, colocated: bool = False) -> float:
         model = self.lanes.get(lane)
-        return 0.0 if model is None else model.time(gpus)
+        if model is None:
+            return 0.0
+        # generation.GenerationLane: its KV room depends on what else the pool holds (the critic, colocated)
+        return model.time(gpus, colocated) if lane == "gen" and hasattr(model, "choose") else model.time(gpus)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -206,7 +209,8 @@ def predict(
     if colocated:
         critic_gpus, shared = actor_gpus, None
     lanes = {
-        lane: model.lane_time(lane, actor_gpus if LANE_POOL[lane] == "actor" else critic_gpus) for lane in model.lanes
+        lane: model.lane_time(lane, actor_gpus if LANE_POOL[lane] == "actor" else critic_gpus, colocated)
+        for lane in model.lanes
     }
     if shared is not None and deferral is not None:
         if lanes.get("critic_update", 0.0) > lanes.get("actor_update", 0.0) and lanes.get("gen", 0.0) > 0:
