@@ -63,6 +63,7 @@ def collect_report() -> dict[str, Any]:
         return report
     if accepted:
         report["tested"] = compat.is_tested()
+        report["default_trainer"] = _default_trainer()
         report["preflight"] = preflight_features(wanted)
         blocking = [f["reason"] for f in report["preflight"].values() if f["on"] and not f["available"]]
         report["problems"] += blocking
@@ -193,6 +194,16 @@ _PATCH_NOTES = {
 OPTIONAL_TARGETS = {"verl.workers.megatron_workers": "megatron"}
 
 
+def _default_trainer() -> str:
+    """verl's default trainer here, as verl-split's features meet it: from verl's own config where it says
+    (verl's neo branch is a 0.9.0.dev whose default is RayPPOTrainer again, ``trainer.use_v1=true`` refused)."""
+    if compat.has_v1_trainer() and compat.v1_trainer_is_default() is not False:
+        return "v1 PPOTrainer (trainer.use_v1=false: RayPPOTrainer)"
+    if compat.has_v1_trainer():
+        return "RayPPOTrainer (this verl's config: trainer.use_v1 false; its main_ppo refuses the v1 trainer)"
+    return "RayPPOTrainer"
+
+
 def print_text(report: dict[str, Any], where: str) -> None:
     yes_no = {True: "yes", False: "no"}
     print(f"[{where}, pid {report['pid']}]")
@@ -202,6 +213,8 @@ def print_text(report: dict[str, Any], where: str) -> None:
     print(f"  verl              {version}  (supported: {report['supported_verl']}{'; ' + tested if tested else ''})")
     print(f"  ray               {report['ray_version'] or 'not installed'}")
     print(f"  supported         {yes_no[report['supported']]}")
+    if report.get("default_trainer"):
+        print(f"  trainer           {report['default_trainer']}")
     for index, feature in enumerate(report.get("preflight", {}).values()):
         label = "features" if index == 0 else ""
         state = "available" if feature["available"] else "NOT available"
