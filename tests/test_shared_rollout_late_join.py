@@ -320,10 +320,12 @@ def test_no_join_when_the_actor_pool_ends_the_queue_during_the_push():
     assert "before a 5.0s push" in forecast.why
 
 
-def test_no_join_for_less_than_a_request_per_critic_pool_server():
-    # 40 left at 100/s, a 0.1 s push: the critic pool's 8 servers would take ~7.75 in all, fewer than one each.
-    forecast = join_pays(1000, progress(960, 900, 9.0), hybrid_servers=24, shared_servers=8, push_s=0.1)
-    assert forecast.joined_s < forecast.alone_s and not forecast.pays
+def test_no_join_when_less_than_a_request_would_be_left_once_the_push_ends():
+    # 40 left at 100/s and a 0.395 s push: the actor pool takes 39.5 meanwhile, half a request is left.
+    forecast = join_pays(1000, progress(960, 900, 9.0), hybrid_servers=24, shared_servers=8, push_s=0.395)
+    assert not forecast.pays and forecast.saved_s == 0.0
+    # With a 0.3 s push 10 are left: the critic pool's 8 servers take a quarter of them, and it pays.
+    assert join_pays(1000, progress(960, 900, 9.0), hybrid_servers=24, shared_servers=8, push_s=0.3).pays
 
 
 def test_before_any_request_ended_a_queue_is_joined():
@@ -332,7 +334,9 @@ def test_before_any_request_ended_a_queue_is_joined():
 
 
 def test_the_critic_pool_sits_out_when_the_join_does_not_pay_and_the_caps_are_lifted(late):
-    late.balancer.so_far = progress(routed=7, released=6, since=3.0)  # 1 of 8 left: nothing to take
+    # 1 of 8 left, 2 requests a second, and the last push took 1 s: the actor pool ends it before the push would.
+    late.balancer.so_far = progress(routed=7, released=6, since=3.0)
+    late.manager._push_s = 1.0
     late.balancer.routed = {"h": 8}
     late.manager.update_weights(4)
     late.critic.set_result("critic done")

@@ -93,9 +93,10 @@ def join_pays(
     can take only the requests still queued (``left``: not yet routed). Alone, the actor pool needs
     ``left / r`` for them; with the join, it takes ``r * push_s`` of them during the push, then both pools
     take the rest at ``r * (H + C) / H`` (a critic-pool server as fast as an actor-pool one). The join pays
-    when that is shorter and the critic pool's share is at least one request per server: a join that would
-    take nothing costs a wake-up and a push for nothing, and a join under way at generation's end is waited
-    for. Before the first request ended there is no rate: a queue is there to take, so it joins.
+    when at least one request is still queued when the push ends: then the critic pool's share shortens the
+    rest of the generation, and a join that would find the queue empty (a wake-up and a push for nothing,
+    waited for at generation's end) is not made. Before the first request ended there is no rate: a queue is
+    there to take, so it joins.
     """
     left = max(int(requests) - int(progress.get("routed", 0)), int(progress.get("queued", 0)), 0)
     h, c = max(hybrid_servers, 1), shared_servers
@@ -108,11 +109,11 @@ def join_pays(
     rate = released / since
     alone = left / rate
     after_push = left - rate * push
-    if after_push <= 0:
+    if after_push < 1.0:
         return JoinForecast(False, left, alone, alone, 0.0, f"the actor pool ends the queue before a {push:.1f}s push")
     joined = push + after_push / (rate * (h + c) / h)
     takes = after_push * c / (h + c)
-    pays = joined < alone and takes >= c
+    pays = after_push >= 1.0
     why = (
         f"{left} requests left: {alone:.1f}s on the actor pool alone, {joined:.1f}s with the critic pool after a "
         f"{push:.1f}s push, which would take ~{math.floor(takes)}"
@@ -151,6 +152,9 @@ class LateJoin:
         self.forecast: JoinForecast | None = None
         self.joined = False  # the critic pool's servers were opened in this step
         self.finish_wait_s = 0.0  # how long the end of generation waited for a join in progress
+        #: When each part of the join began (``time.monotonic``): the critic update's end (verl's future), every
+        #: rank done, the decision, the critic pool open. For the log and the control-plane benchmark.
+        self.marks: dict[str, float] = {}
         self._state = "waiting"  # waiting -> joining -> joined / failed; or -> skipped / over before joining
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -170,14 +174,17 @@ class LateJoin:
     def _run(self) -> None:
         try:
             concurrent.futures.wait([self.critic_update])
+            self.marks["update_ended"] = time.monotonic()
             if self.critic_update.exception() is not None:
                 # The deferral raises it on the trainer's thread; the critic pool stays asleep.
                 if self._claim("skipped"):
                     self.skip()
                 return
             self.ranks_done()
+            self.marks["ranks_done"] = time.monotonic()
             if self.forecast_now is not None:
                 self.forecast = self.forecast_now()
+                self.marks["decided"] = time.monotonic()
                 if not self.forecast.pays:
                     if self._claim("skipped"):
                         logger.info("shared rollout: the critic pool sits out this generation (%s)", self.forecast.why)
@@ -188,6 +195,7 @@ class LateJoin:
             started = time.perf_counter()
             self.join()
             self.push_s = time.perf_counter() - started
+            self.marks["opened"] = time.monotonic()
             self.joined = True
             self._state = "joined"
             logger.info(
