@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,33 @@ def test_both_pools_generate_every_step(shared_run):
     for step in range(1, HALVES_STEPS + 1):
         for replica in (0, 1):
             assert f"replica {replica} generates with the weights of step {step - 1}" in run.log, (replica, step)
+
+
+def test_no_balancer_process_outlives_the_run(shared_run):
+    """A load balancer's process once outlived its run by minutes, its raylet gone, reparented to init
+    (code_review_3.md item 8): verl-split kills verl's balancer only once it has started. No orphan is left."""
+    _, run = shared_run
+    run.assert_ok()
+    deadline = time.monotonic() + 15.0
+    while (orphans := orphaned_balancers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not orphans, orphans
+
+
+def orphaned_balancers() -> list[str]:
+    """Ray worker processes of a load balancer whose parent is init (their raylet gone)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == 1 and ("LoadBalancer" in cmdline or "SharedRolloutBalancer" in cmdline):
+            found.append(f"{entry.name}: {cmdline[:80]}")
+    return found
 
 
 def test_the_critic_pool_joins_generation_when_the_critic_update_ends(shared_run):
