@@ -77,3 +77,28 @@ def test_every_ranked_layout_is_the_planners(gpus):
     model = profile("13B", "13B")
     candidates, rejected = rank(model, Cluster(gpus // 8, 8))
     assert candidates and all(c.prediction.step_s < float("inf") for c in candidates)
+
+
+# --------------------------------------------------------------------------- the lane fitted to a real job's runs
+
+REAL_LOG = Path(__file__).resolve().parent / "data" / "deepseek7b_megatron_ppo_4gpu.log"
+
+
+def test_a_real_jobs_generation_lane_is_fitted_to_its_run():
+    from verl_split.tools.advise import advise
+
+    advice = advise([REAL_LOG], Cluster(2, 8), gpu_gb=80)
+    gen = advice.model.lanes["gen"]
+    assert hasattr(gen, "choose") and gen.sizes == (4,)
+    # One run: the bandwidth is the one that gives its measured generation back, on its pool at its TP 4.
+    assert gen.time(4, True) == pytest.approx(advice.runs[0].lanes["gen"].mean, rel=0.02)
+    assert gen.tps == (1, 2, 4)  # the job's TP and its divisors: whole replicas wherever TP 4 has them
+    assert any(line.startswith("generation by the KV-room model") for line in advice.assumptions)
+
+
+def test_without_the_gpus_size_generation_keeps_amdahls_lane():
+    from verl_split.tools.advise import advise
+
+    advice = advise([REAL_LOG], Cluster(2, 8))
+    assert not hasattr(advice.model.lanes["gen"], "choose")
+    assert "the KV-room model needs --gpu-memory" in advice.assumptions[0]

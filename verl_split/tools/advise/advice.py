@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from verl_split.tools.advise import late_join
 from verl_split.tools.advise.candidates import STOCK, Candidate, rank
 from verl_split.tools.advise.defer_or_share import Choice, choose
 from verl_split.tools.advise.deferral import DeferralCosts, deferral_costs
+from verl_split.tools.advise.generation_fit import generation_lane
 from verl_split.tools.advise.late_join import break_even_push
 from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
 from verl_split.tools.advise.pool_memory import MemoryRule, memory_rule
@@ -151,6 +153,9 @@ def advise(
     reserved = max((run.max_reserved_gb for run in runs if run.max_reserved_gb is not None), default=None)
     memory = memory_rule(job.config, gpu_gb, model_params, critic_params, reserved)
     ran = frozenset((run.colocated, run.actor_gpus, run.critic_gpus) for run in runs)
+    gen, gen_note = generation_lane(runs, job.config, memory, job.rollout_gpus, cluster.n_gpus_per_node)
+    if gen is not None:
+        model = dataclasses.replace(model, lanes={**model.lanes, "gen": gen})  # type: ignore[dict-item]
     everything, rejected = rank(
         model,
         cluster,
@@ -177,8 +182,9 @@ def advise(
         rejected=tuple(rejected),
         reason=reason(candidates, model),
         caveat=caveat(candidates, step_cv),
-        assumptions=tuple(
-            _assumptions(model, shared if has_shared else None, job.rollout_gpus, deferral if has_deferral else None)
+        assumptions=(
+            gen_note,
+            *_assumptions(model, shared if has_shared else None, job.rollout_gpus, deferral if has_deferral else None),
         ),
         next_run=_next_run(runs, model, cluster),
         step_cv=step_cv,

@@ -65,6 +65,9 @@ def render_text(advice: Advice) -> str:
     out.append(f"  {'lane':<20} {'pool':<7} {'serial':>8} {'parallel':>9}  from")
     for lane, lane_model in advice.model.lanes.items():
         sizes = ", ".join(str(n) for n in lane_model.sizes)
+        if hasattr(lane_model, "choose"):  # generation.GenerationLane: not serial + parallel / n
+            out.append(f"  {LANE_MEANING[lane]:<20} {LANE_POOL[lane]:<7} {'KV-room model':>18}  fitted to {sizes} GPUs")
+            continue
         source = (
             f"linear scaling ASSUMED (measured on {sizes} GPUs only)"
             if lane_model.fit == FIT_LINEAR

@@ -1,0 +1,87 @@
+"""The generation lane of a real job: :mod:`verl_split.tools.advise.generation`'s model, fitted to the runs.
+
+Used when the job says enough: the GPU's memory (``--gpu-memory``), the actor's size (the memory rule's), and from
+the job's config the batch (``data.train_batch_size`` x ``rollout.n``), the lengths (``data.max_prompt_length``,
+``data.max_response_length``: upper bounds, so the KV demand is the worst case) and vLLM's share. The layers come
+from the actor's ``config.json``; its KV width is *assumed* a quarter of the hidden size (grouped-query attention as
+in Llama-3, Qwen2.5 and Qwen3; a model with full multi-head attention has four times the KV cache). The bandwidth
+is fitted to each run's measured generation, on the pool it ran on, at the job's rollout TP, beside the training
+state the memory rule counts there. Otherwise generation keeps ``serial + parallel / n``, and the report says why.
+
+The TP per pool is chosen among the job's rollout TP and its divisors: those hold whole replicas wherever the job's
+TP does, so the planner's replica rule, checked at the job's TP, holds for them too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from verl_split.placement.config_keys import select_key
+from verl_split.placement.hf_config import shape_from_config
+from verl_split.tools.advise.generation import FIT, GenerationLane, RolloutJob, fit_bandwidth, seconds
+from verl_split.tools.advise.pool_memory import MemoryRule
+from verl_split.tools.advise.runs import Run
+
+#: KV heads x head size as a share of the hidden size, when the model's shape is not read: assumed.
+KV_WIDTH_SHARE = 0.25
+
+
+def generation_lane(
+    runs: Sequence[Run], config: Any, memory: MemoryRule, rollout_tp: int, per_node: int
+) -> tuple[GenerationLane | None, str]:
+    """The fitted lane, or None and why not (one sentence for the report)."""
+    if memory.gpu_gb is None:
+        return None, "generation scales as serial + parallel / n: the KV-room model needs --gpu-memory"
+    params = memory.actor_params
+    batch = select_key(config, "data.train_batch_size") if config else None
+    prompt = select_key(config, "data.max_prompt_length") if config else None
+    response = select_key(config, "data.max_response_length") if config else None
+    if not params or not all(isinstance(v, int) and v > 0 for v in (batch, prompt, response)):
+        return None, (
+            "generation scales as serial + parallel / n: the KV-room model needs the actor's size and the job's "
+            "data.train_batch_size, max_prompt_length and max_response_length (a log with verl's printed config)"
+        )
+    n = select_key(config, "actor_rollout_ref.rollout.n", 1)
+    layers = shape_from_config(select_key(config, "actor_rollout_ref.model.path")).layers
+    layers = layers or max(1, round((params / 1.2e7) ** (1 / 3) * 4))  # a typical depth for the size: assumed
+    hidden = math.sqrt(params / (12 * layers))  # params ~ 12 x layers x hidden^2 for a dense decoder
+    share = select_key(config, "actor_rollout_ref.rollout.gpu_memory_utilization")
+    job = RolloutJob(
+        params=params,
+        kv_bytes_per_token=2 * layers * KV_WIDTH_SHARE * hidden * 2,
+        layers=layers,
+        sequences=batch * (n if isinstance(n, int) and n > 0 else 1),
+        prompt_len=prompt,
+        response_len=response,
+        gpu_gb=memory.gpu_gb,
+        vllm_share=float(share) if isinstance(share, int | float) else None,
+    )
+
+    def resident_gb(gpus: int, colocated: bool) -> float:
+        need = memory.needs(gpus, gpus, colocated)[0]
+        return need.generation_gb if need.generation_gb is not None else 0.0
+
+    measured = [
+        (run.gpus_of("gen"), rollout_tp, resident_gb(run.gpus_of("gen"), run.colocated), run.lanes["gen"].mean)
+        for run in runs
+        if "gen" in run.lanes and not run.shared_rollout
+    ]
+    if not measured:
+        return None, "generation scales as serial + parallel / n: no run measured it on the actor pool alone"
+    if any(seconds(job, gpus, tp, resident, 1e12) is None for gpus, tp, resident, _ in measured):
+        # The runs generated where the model finds no room: a size is off (the GPU's, the model's).
+        return None, (
+            "generation scales as serial + parallel / n: the KV-room model finds no room for the KV cache where the "
+            "runs generated; check --gpu-memory and the models' sizes"
+        )
+    tps = tuple(tp for tp in (1, 2, 4, 8, 16) if rollout_tp % tp == 0)
+    bandwidth = fit_bandwidth(job, measured)
+    points = tuple((gpus, seconds) for gpus, _, _, seconds in measured)
+    lane = GenerationLane(job, bandwidth, resident_gb, tps, per_node, FIT, points)
+    return lane, (
+        f"generation by the KV-room model (generation.py): bandwidth fitted to the runs' generation, "
+        f"{bandwidth / 1e9:.0f} GB/s; the rollout TP chosen per pool among {', '.join(map(str, tps))}; the KV width "
+        f"a quarter of the hidden size and the lengths at their maximum assumed"
+    )
