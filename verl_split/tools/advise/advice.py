@@ -58,6 +58,15 @@ class Advice:
         late = candidate.prediction.late
         return break_even_push(late, target) if late is not None else target - candidate.prediction.step_s
 
+    def rollout_tp(self, candidate: Candidate) -> int | None:
+        """The generation lane's TP for this layout; None when generation is not the KV-room model."""
+        gen = self.model.lanes.get("gen")
+        if gen is None or not hasattr(gen, "choose"):
+            return None
+        p = candidate.prediction
+        chosen = gen.choose(p.actor_gpus, p.colocated)
+        return None if chosen is None else chosen[0]
+
     def _memory_json(self) -> dict[str, Any]:
         rule = self.memory
         assert rule is not None
@@ -90,7 +99,7 @@ class Advice:
             "model": self.model.to_json(),
             "assumptions": list(self.assumptions),
             "next_run": self.next_run,
-            "candidates": [c.to_json() for c in self.candidates],
+            "candidates": [{**c.to_json(), "rollout_tp": self.rollout_tp(c)} for c in self.candidates],
             "rejected": [{"placement": name, "why": why} for name, why in self.rejected],
             "job": None if self.job is None else self.job.to_json(),
             "memory": None if self.memory is None else self._memory_json(),

@@ -10,7 +10,7 @@ from verl_split.tools.advise import deferral, late_join
 from verl_split.tools.advise.advice import Advice
 from verl_split.tools.advise.candidates import STOCK
 from verl_split.tools.advise.model import FIT_LINEAR
-from verl_split.tools.advise.render_checks import job_lines, memory_lines, refused_rows
+from verl_split.tools.advise.render_checks import job_lines, memory_lines, refused_rows, rollout_tp_line
 from verl_split.tools.advise.runs import LANE_MEANING, LANE_POOL, LANES
 from verl_split.tools.advise.shared import TAG
 
@@ -145,6 +145,7 @@ def render_text(advice: Advice) -> str:
             "  ",
             "    ",
         )
+    out += rollout_tp_line(advice)
     out += memory_lines(advice)
     if advice.choice is not None:
         choice = advice.choice

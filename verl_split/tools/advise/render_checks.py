@@ -89,3 +89,20 @@ def short_reason(name: str, why: str) -> str:
         text = head[1]
     sentence = text.split(". ", 1)[0]
     return sentence if sentence.endswith(".") else sentence + "."
+
+
+def rollout_tp_line(advice: Advice) -> list[str]:
+    """The rollout TP the generation lane chose for the recommendation, when it differs from the job's."""
+    gen = advice.model.lanes.get("gen")
+    if gen is None or not hasattr(gen, "choose") or advice.job is None:
+        return []
+    p = advice.recommended.prediction
+    chosen = gen.choose(p.actor_gpus, p.colocated)
+    if chosen is None or chosen[0] == advice.job.rollout_gpus:
+        return []
+    return _wrap(
+        f"with actor_rollout_ref.rollout.tensor_model_parallel_size={chosen[0]} (the job has "
+        f"{advice.job.rollout_gpus}): the generation model finds it faster on this pool ({chosen[1]:.2f} s)",
+        "  ",
+        "    ",
+    )
