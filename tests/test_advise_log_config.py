@@ -130,6 +130,8 @@ def test_the_flag_overrides_the_log():
     assert advice.job.rollout_gpus == 2 and advice.job.rollout_source == "--rollout-tp"
     assert any("--rollout-tp 2 overrides the rollout replica of 4 GPU(s)" in note for note in advice.job.notes)
     assert "6:2" in dict(advice.rejected)  # still refused: the Megatron TP-4 meshes and the batch
+    refused = dict(advise([REAL_LOG], Cluster(2, 8), rollout_tp=1).rejected)
+    assert "actor_rollout_ref.actor.megatron.tensor_model_parallel_size" in refused["7:1"]  # the mesh's rule
 
 
 def test_the_real_log_is_taken_as_run_on_its_own_cluster():
