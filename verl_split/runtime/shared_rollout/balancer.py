@@ -159,10 +159,6 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
             self._waiting.popleft()
             waiter.set_result(chosen)
 
-    def _room(self, server_id: str) -> bool:
-        cap = self._caps.get(server_id)
-        return server_id not in self._parked and (cap is None or self._inflight_requests[server_id] < cap)
-
     def _choose(self, request_id: str, queued_ahead: bool = False) -> tuple[str, Any] | None:
         """verl's sticky + least-loaded choice among the open servers with room; None: wait (``queued_ahead``:
         others wait already, so only a sticky request may pass them)."""
@@ -173,13 +169,20 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
             return sticky, self._servers[sticky]
         if queued_ahead:
             return None
-        open_servers = [sid for sid in self._inflight_requests if self._room(sid)]
-        if not open_servers:
-            if not self._inflight_requests:
-                raise RuntimeError("No available servers in load balancer")
+        if not self._inflight_requests:
+            raise RuntimeError("No available servers in load balancer")
+        # One pass over the servers: the least loaded among those open with room (ties broken at random, as verl's).
+        least, candidates = None, []
+        for sid, inflight in self._inflight_requests.items():
+            if sid in self._parked or inflight >= self._caps.get(sid, inflight + 1):
+                continue
+            if least is None or inflight < least:
+                least, candidates = inflight, [sid]
+            elif inflight == least:
+                candidates.append(sid)
+        if not candidates:
             return None
-        least = min(self._inflight_requests[sid] for sid in open_servers)
-        server_id = random.choice([sid for sid in open_servers if self._inflight_requests[sid] == least])
+        server_id = random.choice(candidates)
         self._request_id_to_server[request_id] = server_id
         self._inflight_requests[server_id] += 1
         return server_id, self._servers[server_id]
