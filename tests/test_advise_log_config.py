@@ -196,3 +196,16 @@ def test_megatron_recipe_candidates_are_the_planners(tmp_path, qwen3_8b, nnodes)
     for c in advice.candidates:  # TP=2 x PP=2 meshes: every pool a multiple of 4
         assert c.prediction.actor_gpus % 4 == 0 and (c.prediction.colocated or c.prediction.critic_gpus % 4 == 0)
     assert_every_candidate_is_the_planners(advice, OmegaConf.to_container(config, resolve=True))
+
+
+def test_the_real_logs_echoed_command_gives_the_same_job_without_its_config(tmp_path):
+    lines = REAL_LOG.read_text(encoding="utf-8").splitlines(keepends=True)
+    # The config's pprint: the lines of main_task that carry on the dict (its head and its indented rest).
+    kept = [line for line in lines if not line.startswith(("(main_task pid=300765) {", "(main_task pid=300765)  "))]
+    path = tmp_path / "no_config.log"
+    path.write_text("".join(kept), encoding="utf-8")
+    assert read_log(path).config is None
+    run = read_run(path, Cluster(2, 8))
+    assert run.job_source == OVERRIDES and run.cluster == Cluster(1, 4)
+    advice = advise([path], Cluster(2, 8))
+    assert advice.job.rollout_gpus == 4 and "6:2" in dict(advice.rejected)
