@@ -252,6 +252,11 @@ def test_ray_ppo_trainer_plans_whatever_its_v1_mode_says():
     assert plan_from_config(cfg, "").shared_rollout
 
 
+def test_a_trainer_without_hybrid_rollout_is_an_error():
+    message = plan_error(config(**{"trainer.use_v1": False, "actor_rollout_ref.hybrid_engine": False}))
+    assert "actor_rollout_ref.hybrid_engine=false" in message and SWITCH_OFF in message
+
+
 @pytest.mark.parametrize("mode", ["separate_async", "colocate_async"])
 def test_an_async_trainer_mode_is_an_error(mode):
     message = plan_error(config(**{"trainer.v1.trainer_mode": mode}))

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 
 from verl_split.runtime.metrics import tracking  # noqa: E402
-from verl_split.runtime.shared_rollout import coordinator, hooks  # noqa: E402
+from verl_split.runtime.shared_rollout import coordinator, hooks, ray_trainer  # noqa: E402
 from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError  # noqa: E402
 
 pytestmark = pytest.mark.unit
@@ -123,7 +123,7 @@ def test_the_pending_metrics_join_the_next_training_record_only():
     original = tracking.register_source
     tracking.register_source = sources.append
     try:
-        coordinator.report_to_tracker(trainer)
+        ray_trainer.report_to_tracker(trainer)
     finally:
         tracking.register_source = original
     (source,) = sources

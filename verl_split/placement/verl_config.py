@@ -207,7 +207,7 @@ def shared_rollout_from_config(config: Any, env_value: bool | None = None) -> bo
 def check_shared_rollout_run(config: Any) -> None:
     """What shared rollout needs beyond the placement: a release that has it, the v1 trainer in ``sync`` mode
     (``RayPPOTrainer`` has no modes; a subclass with a loop of its own is refused where it starts, in
-    ``runtime/shared_rollout/coordinator.check_ray_trainer``), merged LoRA.
+    ``runtime/shared_rollout/ray_trainer.check_ray_trainer``), merged LoRA.
 
     The placement's own part (a critic pool holding whole replicas) is ``plan_placement``'s.
     """
@@ -220,6 +220,14 @@ def check_shared_rollout_run(config: Any) -> None:
             f"shared rollout is not on this release (verl {version}): it needs the rollout servers' load balancer "
             f"with run-time server registration and the checkpoint engine, which arrived in verl 0.8; upgrade to "
             f"verl 0.8 or newer, or {SWITCH_OFF_HINT}."
+        )
+    # verl's one-step-off and fully-async recipes (verl/experimental/*/ray_trainer.py, subclasses of RayPPOTrainer
+    # with an init_workers and fit of their own) assert hybrid_engine=false: their rollout is not the actor's.
+    if select_key(config, "actor_rollout_ref.hybrid_engine", True) is False:
+        raise PlacementError(
+            "shared rollout adds rollout replicas beside the actor's hybrid ones; this run sets "
+            "actor_rollout_ref.hybrid_engine=false (verl's one-step-off and fully-async recipes), whose trainer "
+            f"schedules its own rollout replicas and their weight sync. Drop that override, or {SWITCH_OFF_HINT}."
         )
     # On RayPPOTrainer (trainer.use_v1=false) there is no trainer_mode: the runtime checks its loop instead.
     v1 = select_key(config, "trainer.use_v1", True) is not False

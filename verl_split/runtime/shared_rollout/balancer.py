@@ -35,11 +35,15 @@ from typing import Any
 # _servers, _inflight_requests and _request_id_to_server (read below).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
+# verl 0.8.0 defines it as a Ray actor class (@ray.remote, llm_server.py:43), which Ray does not let a class
+# inherit from: the plain class under it, the one 0.9 defines.
+VerlBalancer: type = getattr(GlobalRequestLoadBalancer, "__ray_actor_class__", GlobalRequestLoadBalancer)
+
 #: Concurrent calls the balancer actor takes: every request of a step may wait in acquire at once.
 MAX_CONCURRENCY = 100_000
 
 
-class SharedRolloutBalancer(GlobalRequestLoadBalancer):
+class SharedRolloutBalancer(VerlBalancer):
     """verl's default load balancer with per-server counts, parked servers and caps (module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -132,7 +136,7 @@ class SharedRolloutBalancer(GlobalRequestLoadBalancer):
 
     async def release_server(self, server_id: str, **extra: Any) -> None:
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
-        GlobalRequestLoadBalancer.release_server(self, server_id)
+        VerlBalancer.release_server(self, server_id)
         self._last_release = time.monotonic()
         self._released += 1
         if self._waiting:

@@ -58,33 +58,33 @@ def wrap_init_workers(wrapped, instance, args, kwargs):
 
     if not shared_rollout_from_config(instance.config):
         return wrapped(*args, **kwargs)
-    from verl_split.runtime.shared_rollout import coordinator
+    from verl_split.runtime.shared_rollout import coordinator, ray_trainer
 
-    coordinator.check_ray_trainer(instance)
+    ray_trainer.check_ray_trainer(instance)
     backend = coordinator.configure_weight_transfer(instance.config)
     _initialising.append(instance)
     try:
         result = wrapped(*args, **kwargs)
     finally:
         _initialising.remove(instance)
-        coordinator.restore_weight_transfer(instance.config, backend)
+        ray_trainer.restore_weight_transfer(instance.config, backend)
     started = _started.pop(id(instance), None)
     if started is None:
-        raise coordinator.never_started(instance)
+        raise ray_trainer.never_started(instance)
     coordinator.wire(instance, backend, started)
-    coordinator.report_to_tracker(instance)
+    ray_trainer.report_to_tracker(instance)
     return result
 
 
 def wrap_get_client(wrapped, instance, args, kwargs):
     for trainer in _initialising:
         if getattr(trainer, "llm_server_manager", None) is instance and id(trainer) not in _started:
-            from verl_split.runtime.shared_rollout import coordinator
+            from verl_split.runtime.shared_rollout import coordinator, ray_trainer
 
             _started[id(trainer)] = coordinator.start(trainer)
             # The actor's workers hold their engine already; verl's own manager, built next, syncs the actor
             # pool's replicas in-process (restored at the end of init_workers).
-            coordinator.hybrid_sync_in_process(trainer.config)
+            ray_trainer.hybrid_sync_in_process(trainer.config)
     return wrapped(*args, **kwargs)
 
 
