@@ -180,10 +180,8 @@ class V0Adapter(TrainerAdapter):
         self.trainer_class = trainer_class
 
     def report(self, result, args, kwargs, split_metrics):
-        # Read, merged and set back, not updated in place: on verl's neo branch with trainer.data_plane=neoproto
-        # meta_info is a view whose items are stored refs (verl/experimental/neoproto/views/data_proto.py
-        # LocalProxy), so a dict read from it is a copy; on the classic DataProto the same three steps do what
-        # an in-place update does.
+        # Set back, not updated in place: neo's NeoProto meta_info is a view over stored refs, whose items read
+        # as copies (verl/experimental/neoproto/views/data_proto.py LocalProxy); the same on the classic DataProto.
         metrics = dict(result.meta_info.get("metrics", None) or {})
         metrics.update(split_metrics)
         result.meta_info["metrics"] = metrics
@@ -218,9 +216,8 @@ class V0Prep(V0Adapter):
     def same_batch(self, launched: Any, batch: Any) -> bool:
         if launched is batch:  # the classic DataProto: fit's unions add keys to the step's batch in place
             return True
-        # verl's neo branch with trainer.data_plane=neoproto: NeoProto's union returns a new view over the same
-        # stored refs plus the other's (verl/experimental/neoproto/neo.py NeoProto.union), so the step's batch
-        # after old_log_prob is another object holding every ref the launched one held.
+        # neo's NeoProto: union returns a new view over the same stored refs plus the other's
+        # (verl/experimental/neoproto/neo.py NeoProto.union): the same batch holds every launched ref.
         launched_refs, refs = getattr(launched, "ref_table", None), getattr(batch, "ref_table", None)
         if launched_refs is None or refs is None or len(launched) != len(batch):
             return False
