@@ -182,9 +182,7 @@ class V0Adapter(TrainerAdapter):
     def report(self, result, args, kwargs, split_metrics):
         # Set back, not updated in place: neo's NeoProto meta_info is a view over stored refs, whose items read
         # as copies (verl/experimental/neoproto/views/data_proto.py LocalProxy); the same on the classic DataProto.
-        metrics = dict(result.meta_info.get("metrics", None) or {})
-        metrics.update(split_metrics)
-        result.meta_info["metrics"] = metrics
+        result.meta_info["metrics"] = {**(result.meta_info.get("metrics", None) or {}), **split_metrics}
 
     def placeholder(self, args, kwargs):
         # fit reduces `critic_output.meta_info["metrics"]` into the step's metrics at once
