@@ -94,6 +94,12 @@ def test_a_real_jobs_generation_lane_is_fitted_to_its_run():
     assert gen.time(4, True) == pytest.approx(advice.runs[0].lanes["gen"].mean, rel=0.02)
     assert gen.tps == (1, 2, 4)  # the job's TP and its divisors: whole replicas wherever TP 4 has them
     assert any(line.startswith("generation by the KV-room model") for line in advice.assumptions)
+    # The KV cache per token from the model config the workers printed (MHA: 32 KV heads of 128), held at the
+    # runs' mean lengths (prompt_length/mean + response_length/mean).
+    run = advice.runs[0]
+    assert run.model_shape == {"layers": 30, "kv_heads": 32, "head_dim": 128, "hidden": 4096}
+    assert gen.job.kv_bytes_per_token == 2 * 30 * 32 * 128 * 2 and 200 < gen.job.kv_len < 300
+    assert "from the model config the log prints" in advice.assumptions[0]
 
 
 def test_without_the_gpus_size_generation_keeps_amdahls_lane():

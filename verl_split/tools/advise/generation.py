@@ -52,6 +52,8 @@ class RolloutJob:
     gpu_gb: float
     vllm_share: float | None = None  # rollout.gpu_memory_utilization; None: all that the states leave
     peak_flops: float = 312e12  # A100 bf16 dense (NVIDIA's datasheet); only the prefill uses it
+    #: Tokens a sequence holds in the KV cache on average (the runs' mean lengths); None: prompt + response.
+    kv_len: float | None = None
 
 
 def seconds(
@@ -67,7 +69,8 @@ def seconds(
         room = min(room, job.vllm_share * memory)
     weights = 2 * job.params / tp
     kv_room = room - weights
-    seq_bytes = job.kv_bytes_per_token * (job.prompt_len + job.response_len) / tp
+    # The KV cache a sequence holds: its mean length when the runs logged it; the decode steps run to the longest.
+    seq_bytes = job.kv_bytes_per_token * (job.kv_len or job.prompt_len + job.response_len) / tp
     if kv_room < seq_bytes:  # not even one sequence beside the weights
         return None
     demand = job.sequences * seq_bytes * tp / gpus  # per GPU, all sequences at once

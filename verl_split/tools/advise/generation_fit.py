@@ -2,9 +2,11 @@
 
 Used when the job says enough: the GPU's memory (``--gpu-memory``), the actor's size (the memory rule's), and from
 the job's config the batch (``data.train_batch_size`` x ``rollout.n``), the lengths (``data.max_prompt_length``,
-``data.max_response_length``: upper bounds, so the KV demand is the worst case) and vLLM's share. The layers come
-from the actor's ``config.json``; its KV width is *assumed* a quarter of the hidden size (grouped-query attention as
-in Llama-3, Qwen2.5 and Qwen3; a model with full multi-head attention has four times the KV cache). The bandwidth
+``data.max_response_length``: upper bounds, so the KV demand is the worst case) and vLLM's share. The layers, KV
+heads and head size come from the model config the workers printed in the log
+(:func:`verl_split.tools.advise.job.model_shape`); else the layers from the actor's ``config.json`` and the KV width
+*assumed* a quarter of the hidden size (grouped-query attention as in Llama-3, Qwen2.5 and Qwen3; full multi-head
+attention has four times the KV cache). The bandwidth
 is fitted to each run's measured generation, on the pool it ran on, at the job's rollout TP, beside the training
 state the memory rule counts there. Otherwise generation keeps ``serial + parallel / n``, and the report says why.
 
@@ -44,19 +46,27 @@ def generation_lane(
             "data.train_batch_size, max_prompt_length and max_response_length (a log with verl's printed config)"
         )
     n = select_key(config, "actor_rollout_ref.rollout.n", 1)
-    layers = shape_from_config(select_key(config, "actor_rollout_ref.model.path")).layers
-    layers = layers or max(1, round((params / 1.2e7) ** (1 / 3) * 4))  # a typical depth for the size: assumed
-    hidden = math.sqrt(params / (12 * layers))  # params ~ 12 x layers x hidden^2 for a dense decoder
+    printed = next((run.model_shape for run in runs if run.model_shape), None)
+    if printed is not None:  # the shape the workers printed: the KV cache per token as it is
+        layers, kv_width = printed["layers"], printed["kv_heads"] * printed["head_dim"]
+        shape_source = "the model config the log prints"
+    else:
+        layers = shape_from_config(select_key(config, "actor_rollout_ref.model.path")).layers
+        # A typical depth for the size, when neither the log nor a config.json says: assumed.
+        layers = layers or max(1, round((params / 1.2e7) ** (1 / 3) * 4))
+        kv_width = KV_WIDTH_SHARE * math.sqrt(params / (12 * layers))  # params ~ 12 x layers x hidden^2
+        shape_source = "the KV width a quarter of the hidden size assumed"
     share = select_key(config, "actor_rollout_ref.rollout.gpu_memory_utilization")
     job = RolloutJob(
         params=params,
-        kv_bytes_per_token=2 * layers * KV_WIDTH_SHARE * hidden * 2,
+        kv_bytes_per_token=2 * layers * kv_width * 2,
         layers=layers,
         sequences=batch * (n if isinstance(n, int) and n > 0 else 1),
         prompt_len=prompt,
         response_len=response,
         gpu_gb=memory.gpu_gb,
         vllm_share=float(share) if isinstance(share, int | float) else None,
+        kv_len=next((run.mean_tokens for run in runs if run.mean_tokens), None),
     )
 
     def resident_gb(gpus: int, colocated: bool) -> float:
@@ -82,6 +92,11 @@ def generation_lane(
     lane = GenerationLane(job, bandwidth, resident_gb, tps, per_node, FIT, points)
     return lane, (
         f"generation by the KV-room model (generation.py): bandwidth fitted to the runs' generation, "
-        f"{bandwidth / 1e9:.0f} GB/s; the rollout TP chosen per pool among {', '.join(map(str, tps))}; the KV width "
-        f"a quarter of the hidden size and the lengths at their maximum assumed"
+        f"{bandwidth / 1e9:.0f} GB/s; the rollout TP chosen per pool among {', '.join(map(str, tps))}; the KV "
+        f"cache per token from {shape_source}; "
+        + (
+            "the KV cache held at the runs' mean lengths, decoding to the longest"
+            if job.kv_len
+            else "the lengths at their maximum assumed"
+        )
     )

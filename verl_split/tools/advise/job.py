@@ -9,6 +9,10 @@ not checked. ``$VAR`` and ``${VAR}`` are resolved from ``VAR=value`` lines earli
 echoes them; ``export VAR=value``); an override whose variable the log never sets is left out and said.
 
 Which wins: the printed config (verl resolved it) over the echoed overrides; ``advise``'s flags over both.
+
+The model's shape: verl's workers print the Hugging Face config they load (``Model config after override:
+LlamaConfig {...}``); when every such print in the log agrees on the attention's shape (the actor and the critic
+are often one model), its layers, KV heads and head size give the KV cache per token (:func:`model_shape`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ _ENTRY_RE = re.compile(r"verl\.trainer\.main_\w+")
 _ASSIGNMENT_RE = re.compile(r"^(?:\++\s*)?(?:export\s+)?([A-Za-z_]\w*)=(\S*)\s*$")
 _VARIABLE_RE = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")
 _KEY_RE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)=(.*)$", re.S)
+#: The keys of a printed Hugging Face config that shape the KV cache.
+SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,23 @@ def job_config(printed: dict[str, Any] | None, text: str) -> JobConfig:
     if overrides:
         return JobConfig(overrides, OVERRIDES, tuple(notes))
     return JobConfig(None, "", tuple(notes))
+
+
+def model_shape(text: str) -> dict[str, int] | None:
+    """Layers, KV heads and head size from the model configs the workers printed, when every print agrees."""
+    if '"num_hidden_layers"' not in text:
+        return None
+    found: dict[str, set[int]] = {}
+    for key in SHAPE_KEYS:
+        found[key] = {int(v) for v in re.findall(rf'"{key}": (\d+)', text)}
+    if any(len(values) > 1 for values in found.values()) or not all(
+        found[k] for k in ("num_hidden_layers", "hidden_size", "num_attention_heads")
+    ):
+        return None  # several models (a reward model, another critic) or a cut print: not one shape
+    layers, hidden, heads = (next(iter(found[k])) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
+    kv_heads = next(iter(found["num_key_value_heads"]), heads)
+    head_dim = next(iter(found["head_dim"]), hidden // heads)
+    return {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim, "hidden": hidden}
 
 
 def overrides_from_text(text: str) -> tuple[dict[str, Any] | None, list[str]]:

@@ -7,21 +7,16 @@ the log when the log says, else from the flags (:mod:`verl_split.tools.advise.la
 Each step is broken into *lanes*, the work of one pool in one phase. Under split placement verl's
 ``timing_s/update_actor`` and ``timing_s/values`` measure the trainer's wait for work already under
 way, so the lanes come from verl-split's own ``split/*`` times there; in a stock run, from verl's timers.
-Everything else in the step (reward, advantages, weight sync, the rest) is ``fixed``: the cost model
-treats it as independent of the placement. The first step (start-up, first allocations) is left out,
-as in :func:`verl_split.dryrun.report.steady_steps`.
+Everything else in the step (reward, advantages, weight sync, the rest) is ``fixed``, independent of the
+placement. The first step (start-up) is left out, as in :func:`verl_split.dryrun.report.steady_steps`.
 
-A run with shared rollout (``VERL_SPLIT_SHARED_ROLLOUT=1``: rollout replicas on the critic pool too) logs
-``split/critic_pool_rollout_share``; when the critic pool generated a share of the sequences, the run's
-generation is counted on all its GPUs (actor pool + critic pool). Its weight push to the critic pool's
-replicas, ``split/shared_rollout_sync_s``, runs in verl's weight sync, outside the phases timed here, so it
-is taken out of the run's fixed part and kept apart: it is a cost of shared rollout, not of every layout.
+A run with shared rollout (rollout replicas on the critic pool too) whose critic pool generated
+(``split/critic_pool_rollout_share`` > 0) counts its generation on all its GPUs; its weight push
+(``split/shared_rollout_sync_s``, in verl's weight sync) is taken out of the fixed part: a cost of shared rollout.
 
 With the deferral on too, a critic pool that did not open with the weight sync joins generation late
-(``split/critic_pool_joined``, ``split/critic_pool_join_s``): such a run's generation is counted as the actor
-pool's alone, ``timing_s/gen`` plus what the critic pool saved at the actor pool's rate
-(``split/shared_rollout_saved_s``), on the actor pool's GPUs; its push ran beside generation, so it is in
-neither the fixed part nor the weight sync.
+(``split/critic_pool_joined``, ``split/critic_pool_join_s``): only its steps on one pool size measure generation
+(``steps.generation_pools``; ``split/shared_rollout_saved_s`` is an estimate); its push ran beside generation.
 
 A run with the critic's update deferred (``defer_critic`` in ``VERL_SPLIT_OVERLAP``) logs
 ``split/critic_update_deferred``, ``split/critic_update_hidden_s`` and ``split/critic_join_wait_s``: its
@@ -39,7 +34,7 @@ from typing import Any
 from verl_split.dryrun.report import phase_times, steady_steps
 from verl_split.placement import Cluster
 from verl_split.tools.advise.exports import AdviseError
-from verl_split.tools.advise.job import job_config
+from verl_split.tools.advise.job import job_config, model_shape
 from verl_split.tools.advise.layout import CONFIG, RunLayout, run_layout
 from verl_split.tools.advise.logs import CSV, read_log
 from verl_split.tools.advise.periodic import PeriodicWork
@@ -56,6 +51,7 @@ from verl_split.tools.advise.steps import (
     generation_pools,
     joined_late,
     lane_times,
+    mean_tokens,
     number,
     values,
 )
@@ -116,6 +112,8 @@ class Run:
     #: The job's config as the log gives it (printed, else the echoed overrides), and which of the two.
     job_config: dict[str, Any] | None = field(default=None, compare=False)
     job_source: str = ""
+    model_shape: dict[str, int] | None = None  # layers, KV heads, head size as the workers printed them
+    mean_tokens: float | None = None  # prompt_length/mean + response_length/mean over the steady steps
     #: A late-join run's generation in the steps where the critic pool was there from the start (A + C GPUs).
     gen_both: Spread | None = None
     #: The most GPU memory a step reserved (verl's ``perf/max_memory_reserved_gb``), when logged.
@@ -297,4 +295,6 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         job_source=job.source,
         max_reserved_gb=max(values(steps, RESERVED_GB), default=None),
         gen_both=Spread.of_any(gen_both),
+        model_shape=model_shape(log.text),
+        mean_tokens=mean_tokens(steady),
     )

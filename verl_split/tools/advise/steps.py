@@ -106,6 +106,12 @@ def generation_pools(step: Mapping[str, Any]) -> str | None:
     return None
 
 
+def mean_tokens(steps: Sequence[Mapping[str, Any]]) -> float | None:
+    """A sequence's mean length over the steps, prompt and response (verl's ``*_length/mean``); None: not logged."""
+    prompts, responses = values(steps, "prompt_length/mean"), values(steps, "response_length/mean")
+    return sum(prompts) / len(prompts) + sum(responses) / len(responses) if prompts and responses else None
+
+
 def values(steps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [v for v in (number(step.get(key)) for step in steps) if v is not None]
 
