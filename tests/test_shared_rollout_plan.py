@@ -333,7 +333,7 @@ def test_the_picture_is_unchanged_when_off():
 
 
 @pytest.mark.skipif(
-    not compat.verl_in(compat.SHARED_ROLLOUT), reason="shared rollout is verl 0.9's; older configs have no v1 trainer"
+    not compat.verl_in(compat.SHARED_ROLLOUT_V1), reason="the v1 trainer's modes: 0.9's config; 0.8's has no v1 trainer"
 )
 def test_the_installed_verls_config(monkeypatch):
     from verl_split.tools.hydra_config import compose_config
