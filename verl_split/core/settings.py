@@ -26,7 +26,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     ),
     "VERL_SPLIT_SHARED_ROLLOUT": (
         "off",
-        "Extra rollout replicas on the critic pool's GPUs (rollout on both pools); verl 0.9 only.",
+        "Extra rollout replicas on the critic pool's GPUs (rollout on both pools); verl 0.8+ (0.9's v1 trainer in "
+        "sync mode, RayPPOTrainer).",
     ),
     "VERL_SPLIT_OVERLAP": (
         "on",

@@ -48,10 +48,11 @@ share a pool's processes share one mesh, and TP groups across nodes are noted (`
 Shared rollout (``split_placement.shared_rollout`` or ``VERL_SPLIT_SHARED_ROLLOUT``, off by default):
 rollout replicas on the critic's pool too, beside the actor's hybrid ones (``Plan.rollout_pools``).
 Checked before Ray starts: the critic has a pool of its own, holding whole replicas on every node
-it touches and room for one more worker group per GPU (``plan_placement``); the run is on verl 0.9's
-v1 trainer in sync mode, with LoRA merged (``check_shared_rollout_run``); a critic-pool GPU has room for vLLM's
-share, the critic's training state and the push's buffers, an actor-pool GPU for the push's buffers beside the
-actor's state (``memory``, the formulas in its docstring; the states in ``train_state``).
+it touches and room for one more worker group per GPU (``plan_placement``); the run is on verl 0.8+,
+the v1 trainer in sync mode or RayPPOTrainer with hybrid rollout, with LoRA merged
+(``check_shared_rollout_run``); a critic-pool GPU has room for vLLM's share, the critic's training state
+and the push's buffers, an actor-pool GPU for the push's buffers beside the actor's state (``memory``, the
+formulas in its docstring; the states in ``train_state``).
 """
 
 from verl_split.placement.batch_config import batch_from_config
