@@ -6,8 +6,9 @@ async actor a run starts, ``BothPoolsCheckpointManager`` and its ``LateJoin`` on
 barrier on every critic rank, the planner (``plan_from_config``), the node reader (``cluster_nodes``) and the
 node choice (``check_fit``). What stands in, because it has no CPU path or is not verl-split's:
 
-* the rollout servers: Ray async actors that take up to ``max_num_seqs`` requests at once and answer each after
-  ``tokens / rate`` seconds (a per-token rate, no weights), tagged with the weights' step they hold;
+* the rollout servers: each takes up to ``max_num_seqs`` requests at once and answers each after ``tokens / rate``
+  seconds (a per-token rate, no weights), tagged with the weights' step it holds; the actor pool's 24 in one Ray
+  async actor, each critic-pool server an actor of its own (this machine has 2 cores);
 * verl's agent-loop workers: Ray actors that send every request of the step at once, each as verl's client
   does (``acquire_server``, ``generate`` on the server it names, ``release_server`` without waiting);
 * the checkpoint managers: the actor pool's sets its servers' weights at the sync; the critic pool's wakes its
@@ -71,27 +72,32 @@ HYBRID, SHARED = 24, 8
 MAX_NUM_SEQS = 256
 #: verl's agent-loop workers sending the requests.
 CLIENTS = 4
+#: The fault run must end (every request answered or failed, the manager's error raised) within this long.
+FAULT_LIMIT_S = 600
 
 
 # ----------------------------------------------------------------------------- stand-ins
 
 
 @ray.remote(num_cpus=0)
-class StandInServer:
-    """A rollout server: up to ``MAX_NUM_SEQS`` requests at once, each ``tokens / rate`` seconds."""
+class StandInServers:
+    """Rollout servers in one process (the actor pool's 24 share one, each critic-pool server has its own, so the
+    fault run can kill one): each takes up to ``MAX_NUM_SEQS`` requests at once, each ``tokens / rate`` seconds.
+    One process for many keeps this 2-core machine's process count down; each server is still its own queue."""
 
-    def __init__(self, name: str, rate: float) -> None:
-        self.name, self.rate, self.weights = name, rate, -1
-        self.slots = asyncio.Semaphore(MAX_NUM_SEQS)
+    def __init__(self, names: list[str], rate: float) -> None:
+        self.rate = rate
+        self.weights = dict.fromkeys(names, -1)
+        self.slots = {name: asyncio.Semaphore(MAX_NUM_SEQS) for name in names}
 
     async def set_weights(self, step: int) -> None:
-        self.weights = step
+        self.weights = dict.fromkeys(self.weights, step)
 
-    async def generate(self, request_id: str, tokens: int) -> tuple[str, str, int]:
-        async with self.slots:
-            weights = self.weights  # the weights the request is generated with
+    async def generate(self, server: str, request_id: str, tokens: int) -> tuple[str, str, int]:
+        async with self.slots[server]:
+            weights = self.weights[server]  # the weights the request is generated with
             await asyncio.sleep(tokens / self.rate)
-        return request_id, self.name, weights
+        return request_id, server, weights
 
 
 @ray.remote(num_cpus=0)
@@ -105,7 +111,10 @@ class StandInClients:
         async def one(request_id: str, tokens: int) -> Any:
             server_id, handle = await self.balancer.acquire_server.remote(request_id=request_id)
             try:
-                return await handle.generate.remote(request_id, tokens)
+                return await handle.generate.remote(server_id, request_id, tokens)
+            except Exception as exc:  # verl's agent loop would fail the generation here, at the first one
+                # A dict, not a class of this script's: what Ray returns must mean the same on the driver.
+                return {"server": server_id, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "at": time.time()}
             finally:
                 self.balancer.release_server.remote(server_id=server_id)
 
@@ -124,10 +133,10 @@ class StandInCriticRank:
 class StandInManager:
     """A checkpoint manager: the actor pool's sets the weights at the sync, the critic pool's wakes and pushes."""
 
-    def __init__(self, servers: dict[str, Any], push_s: float) -> None:
+    def __init__(self, servers: dict[str, Any], push_s: float, first_rank: int = 0) -> None:
         self.servers, self.push_s = servers, push_s
         self.replicas = [
-            SimpleNamespace(replica_rank=i, server_address=name, servers=[handle])
+            SimpleNamespace(replica_rank=first_rank + i, server_address=name, servers=[handle])
             for i, (name, handle) in enumerate(servers.items())
         ]
         self.spent_s = 0.0  # time in the stand-in's own calls: not verl-split's
@@ -140,7 +149,7 @@ class StandInManager:
     def update_weights(self, global_steps: int | None = None) -> str:
         def push() -> None:
             time.sleep(self.push_s)
-            ray.get([server.set_weights.remote(global_steps) for server in self.servers.values()])
+            ray.get([server.set_weights.remote(global_steps) for server in set(self.servers.values())])
 
         self._timed(push)
         return "synced"
@@ -149,7 +158,7 @@ class StandInManager:
         pass
 
     def sleep_replicas(self) -> None:
-        self._timed(lambda: ray.get([s.__ray_ready__.remote() for s in self.servers.values()], timeout=30))
+        self._timed(lambda: ray.get([s.__ray_ready__.remote() for s in set(self.servers.values())], timeout=30))
 
 
 # ----------------------------------------------------------------------------- one step
@@ -188,12 +197,12 @@ def run_step(
     expected = model_generation([t for _, t in requests], rate, None)[0]
     trainer = SimpleNamespace(critic_wg=SimpleNamespace(workers=world.critic_ranks))
     hybrid = StandInManager(world.hybrid, push_s=0.0)
-    shared = StandInManager(world.shared, push_s=args.push_s)
+    shared = StandInManager(world.shared, push_s=args.push_s, first_rank=HYBRID)
     manager = BothPoolsCheckpointManager(
         trainer, hybrid, shared, world.balancer, requests_per_step=count, server_concurrency=MAX_NUM_SEQS
     )
     manager._push_s = args.push_s  # as measured at step 1's sync, when the critic pool joined from the start
-    ray.get([s.set_weights.remote(step - 1) for s in [*world.hybrid.values(), *world.shared.values()]])
+    ray.get([s.set_weights.remote(step - 1) for s in {*world.hybrid.values(), *world.shared.values()}])
 
     # The critic's update of the step before, running on: rank 1 (not collected) ends 0.5 s after rank 0.
     critic_s = args.critic_share * expected
@@ -218,8 +227,8 @@ def run_step(
     end_s = time.perf_counter() - ended - (hybrid.spent_s + shared.spent_s - before_sleep)
     metrics = trainer._pending_sync_metrics
     account = world.last_step  # what sleep_replicas' take_step read (captured below)
-    errors = [a for a in answers if isinstance(a, BaseException)]
-    served = [a for a in answers if not isinstance(a, BaseException)]
+    errors = [a for a in answers if isinstance(a, dict)]
+    served = [a for a in answers if not isinstance(a, dict)]
     ids = [r for r, _, _ in served]
     on_critic = sum(1 for _, name, _ in served if name in world.shared)
     opened = metrics.get("split/critic_pool_join_s")
@@ -255,29 +264,39 @@ def run_step(
 
 def fault_step(manager: Any, generation: list[Any], world: SimpleNamespace, kill_after_s: float, started: float):
     """Kill a critic-pool server once the critic pool has joined; time the step's error and the manager's."""
-    deadline = started + 120.0
+    deadline = started + FAULT_LIMIT_S
     victim_name = next(iter(world.shared))
-    while manager._late is not None and not manager._late.joined and time.perf_counter() < deadline:
+    late = manager._late
+    while late is not None and late._state in ("waiting", "joining") and time.perf_counter() < deadline:
         time.sleep(0.05)
+    if late is None or not late.joined:
+        ray.get(generation)
+        manager.sleep_replicas()
+        return {"killed": None, "why": "the critic pool did not join this step: nothing to kill mid-generation"}
     time.sleep(kill_after_s)
-    killed_at = time.perf_counter()
+    killed_at, killed_wall = time.perf_counter(), time.time()
     ray.kill(world.shared[victim_name])
-    answers = [a for part in ray.get(generation, timeout=120) for a in part]
-    failed = [a for a in answers if isinstance(a, BaseException)]
-    step_error_s = time.perf_counter() - killed_at
+    answers = [a for part in ray.get(generation, timeout=FAULT_LIMIT_S) for a in part]
+    failed = [a for a in answers if isinstance(a, dict)]
+    generation_s = time.perf_counter() - killed_at
     message = ""
     try:
         manager.sleep_replicas()
     except Exception as exc:  # what the run would stop with
         message = str(exc)
+    first = min(failed, key=lambda f: f["at"], default=None)
     return {
+        "requests": len(answers),
         "killed": victim_name,
         "requests_failed": len(failed),
-        "first_error": (str(failed[0]).splitlines() or [""])[0][:200] if failed else "",
-        "generation_ended_after_kill_s": step_error_s,
+        "failed_on": sorted({f["server"] for f in failed}),
+        "first_failure_after_kill_s": None if first is None else first["at"] - killed_wall,
+        "first_failure": "" if first is None else first["error"],
+        "names_the_server": first is not None and victim_name in first["error"],
+        "generation_ended_after_kill_s": generation_s,
         "manager_error_after_kill_s": time.perf_counter() - killed_at,
         "manager_error": message[:400],
-        "names_the_replica": "replica(s) [" in message,
+        "manager_names_the_replica": f"replica(s) [{HYBRID}]" in message,
     }
 
 
@@ -365,7 +384,9 @@ def ray_nodes(count: int) -> list[dict[str, Any]]:
 def start_world(args: argparse.Namespace) -> SimpleNamespace:
     rate = args.mean_tokens / args.latency_s
     names = [f"rollout-server-{i}" for i in range(HYBRID + SHARED)]
-    servers = {name: StandInServer.options(name=name).remote(name, rate) for name in names}
+    farm = StandInServers.options(name="actor-pool-servers").remote(names[:HYBRID], rate)
+    servers = {name: farm for name in names[:HYBRID]}
+    servers |= {name: StandInServers.options(name=name).remote([name], rate) for name in names[HYBRID:]}
     balancer = (
         ray.remote(SharedRolloutBalancer).options(max_concurrency=MAX_CONCURRENCY, num_cpus=0).remote(servers=servers)
     )
@@ -377,7 +398,7 @@ def start_world(args: argparse.Namespace) -> SimpleNamespace:
         critic_ranks=[StandInCriticRank.remote() for _ in range(2)],
         last_step={},
     )
-    ray.get([a.__ray_ready__.remote() for a in [*servers.values(), balancer, *world.clients, *world.critic_ranks]])
+    ray.get([a.__ray_ready__.remote() for a in {*servers.values(), balancer, *world.clients, *world.critic_ranks}])
     return world
 
 
