@@ -66,7 +66,6 @@ class BothPoolsCheckpointManager:
         #: step's generation out (False: ``VERL_SPLIT_LATE_JOIN``, off on GPUs until it has run there).
         self._late_join = late_join
         self._late: LateJoin | None = None
-        self._sat_out = False  # this step's generation runs on the actor pool alone
         self._shared_awake = False
         self._push_s: float | None = None  # the last wake-up and push, measured: the rate model's cost of a join
 
@@ -105,7 +104,9 @@ class BothPoolsCheckpointManager:
     def update_weights(self, global_steps: int | None = None) -> Any:
         from verl_split.runtime.overlap import deferral
 
-        self._finish_late()  # a sync without a generation since the last one (validation off, a resume)
+        if self._late is not None:  # a sync with no generation since the last one's late join
+            self._finish_late()
+            self._sleep_shared()
         critic_update = deferral.running_update()
         if critic_update is not None and self._balancer is not None and self._requests > 0:
             if self._late_join:
@@ -139,7 +140,6 @@ class BothPoolsCheckpointManager:
     def _sync_and_sit_out(self, global_steps: int | None) -> Any:
         """The critic's update runs on: the actor pool generates this step alone, the critic pool sleeps on."""
         ray.get(self._balancer.gate.remote(parked=sorted(self._shared_servers), caps={}))
-        self._sat_out = True
         return self.hybrid.update_weights(global_steps)
 
     def _sync_then_join_late(self, critic_update: Any, global_steps: int | None) -> Any:
@@ -182,6 +182,11 @@ class BothPoolsCheckpointManager:
             self._push_s = late.push_s
         return late, joined
 
+    def _sleep_shared(self) -> None:
+        if self._shared_awake:  # after generation (PPOTrainerSync.on_sample_end): a replica that died shows here
+            self._on_shared("putting to sleep after generation", self.shared.sleep_replicas)
+            self._shared_awake = False
+
     def take_step(self) -> dict[str, Any]:
         """The balancer's account of the step (empty under a custom router): ``balancer.take_step``."""
         return ray.get(self._balancer.take_step.remote()) if self._balancer is not None else {}
@@ -193,11 +198,8 @@ class BothPoolsCheckpointManager:
 
     def sleep_replicas(self) -> None:
         late, joined = self._finish_late()
-        self._sat_out = False
         self.hybrid.sleep_replicas()
-        if self._shared_awake:  # after generation (PPOTrainerSync.on_sample_end): a replica that died shows here
-            self._on_shared("putting to sleep after generation", self.shared.sleep_replicas)
-            self._shared_awake = False
+        self._sleep_shared()
         self._pending(self._step_metrics(self.take_step(), late, joined))
 
     def _step_metrics(self, step: dict[str, Any], late: LateJoin | None, joined: bool) -> dict[str, float]:
