@@ -29,13 +29,17 @@ TESTED_RELEASES: tuple[str, ...] = ("0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1")
 TESTED = SpecifierSet(">=0.7.0,<0.10")
 
 # What each release range has. Seams declare their range with these (seam_catalogue.SEAMS).
-#: verl's ``__init__`` loads ``verl.plugins`` entry points; also the v1 ``PPOTrainer``,
-#: ``main_ppo_v0`` and the platform registry: all arrived in 0.9.
-ENTRY_POINTS = SpecifierSet(">=0.9")
+#: verl's ``__init__`` loads ``verl.plugins`` entry points; also ``main_ppo_v0`` and the platform registry: all
+#: arrived in 0.9, and its development builds have them (verl's ``neo`` branch reads 0.9.0.dev0: a release range
+#: ``>=0.9`` leaves it out, pre-releases included or not, as 0.9.0.dev0 sorts before 0.9).
+ENTRY_POINTS = SpecifierSet(">=0.9.0.dev0")
+MAIN_PPO_V0 = SpecifierSet(">=0.9.0.dev0")
+PLATFORM_REGISTRY = SpecifierSet(">=0.9.0.dev0")
+#: The v1 ``PPOTrainer`` as verl's trainer: the 0.9 releases (and newer). Not the 0.9.0.dev0 of verl's ``neo``
+#: branch, which keeps its module but refuses it (``main_ppo.py:107-111``; RayPPOTrainer is its default).
 V1_TRAINER = SpecifierSet(">=0.9")
-PLATFORM_REGISTRY = SpecifierSet(">=0.9")
 #: Before 0.9: ``RayPPOTrainer`` is the only trainer, no platform registry (CPU device module instead).
-BEFORE_V1 = SpecifierSet("<0.9")
+BEFORE_V1 = SpecifierSet("<0.9.0.dev0")
 #: verl 0.8+: ``RayPPOTrainer``'s updates go through the engine workers' ``train_mini_batch``.
 ENGINE_WORKERS = SpecifierSet(">=0.8")
 #: verl 0.7: the legacy ``fsdp_workers`` (``update_critic`` dispatched with ``blocking=False``).

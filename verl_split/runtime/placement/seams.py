@@ -80,7 +80,7 @@ SEAMS: tuple[Seam, ...] = (
         "verl.trainer.main_ppo_v0",
         "split",
         "placement",
-        compat.V1_TRAINER,
+        compat.MAIN_PPO_V0,
         needs=("BaseTaskRunner.init_resource_pool_mgr(config@0)", "TaskRunner", *POOL_NEEDS),
         wraps=(Wrap("BaseTaskRunner.init_resource_pool_mgr", HOOKS + "wrap_task_runner_pool_mgr"),),
         apply=HOOKS + "drop_ray_copy",
