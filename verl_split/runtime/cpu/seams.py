@@ -57,7 +57,7 @@ SEAMS: tuple[Seam, ...] = (
     _cpu(
         "cpu_attention",
         "verl.utils.attention_utils",
-        compat.BEFORE_V1,
+        compat.NO_ATTENTION_FALLBACK,
         ("_get_attention_functions",),
         wraps=(Wrap("_get_attention_functions", _ENGINE + "wrap_get_attention_functions"),),
     ),
