@@ -41,8 +41,9 @@ V1_TRAINER = SpecifierSet(">=0.9")
 #: Before 0.9: ``RayPPOTrainer`` is the only trainer, no platform registry (CPU device module instead).
 BEFORE_V1 = SpecifierSet("<0.9.0.dev0")
 #: verl's un/padding helpers without pure-torch fallbacks (flash-attention or NPU only): before the 0.9 releases,
-#: neo's 0.9.0.dev0 included (its ``verl/utils/attention_utils.py:20-35``; 0.9.1's falls back to torch).
-NO_ATTENTION_FALLBACK = SpecifierSet("<0.9")
+#: neo's 0.9.0.dev0 included (its ``verl/utils/attention_utils.py:20-35``; 0.9.1's falls back to torch). Written
+#: ``<0.9.0a0``: PEP 440's ``<0.9`` leaves out 0.9's own pre-releases, 0.9.0.dev0 among them.
+NO_ATTENTION_FALLBACK = SpecifierSet("<0.9.0a0")
 #: verl 0.8+: ``RayPPOTrainer``'s updates go through the engine workers' ``train_mini_batch``.
 ENGINE_WORKERS = SpecifierSet(">=0.8")
 #: verl 0.7: the legacy ``fsdp_workers`` (``update_critic`` dispatched with ``blocking=False``).
