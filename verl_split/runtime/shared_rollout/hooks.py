@@ -7,7 +7,8 @@ verl 0.9's v1 trainer (``trainer.use_v1=true``, ``trainer_mode=sync``), ``traine
   manager exist, and ``init`` has not yet called ``on_init_end``, which pushes the first weights), the
   critic pool's replicas start and join them (``coordinator.attach``).
 
-``RayPPOTrainer`` (0.8, and 0.9 with ``trainer.use_v1=false``), ``trainer/ppo/ray_trainer.py``:
+``RayPPOTrainer`` (0.8, 0.9 with ``trainer.use_v1=false``, verl's neo branch), ``trainer/ppo/ray_trainer.py``
+(what its path adds to the coordinator: ``ray_trainer.py`` beside this module):
 
 * ``wrap_init_workers`` -- ``RayPPOTrainer.init_workers``: the same choice of engine before it; after it
   (verl's ``CheckpointEngineManager`` exists and ``fit`` has not pushed the first weights yet), the
