@@ -255,7 +255,7 @@ def test_the_balancer_s_work_grows_with_the_requests_not_their_square():
     # Before the fix every release woke every queued request and each rescanned the servers: 1k requests through
     # 24 servers capped at 2 made ~10^5 choices, 4k ~1.6 x 10^6 (16x for 4x the requests).
     small, large = routing_work(1000), routing_work(4000)
-    assert small <= 4 * 1000 and large <= 4 * 4000  # a few tries a request: on arrival, at the head, when served
+    assert small <= 3 * 1000 and large <= 3 * 4000  # a few tries a request: on arrival, and when a slot frees
     assert large / small < 5
 
 

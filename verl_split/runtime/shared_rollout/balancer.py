@@ -140,20 +140,21 @@ class SharedRolloutBalancer(VerlBalancer):
         self._last_release = time.monotonic()
         self._released += 1
         if self._waiting:
-            self._hand_out()
+            self._hand_out(at_most=1)  # a release frees one slot: looking further would only scan for nothing
 
     # -- gated routing -------------------------------------------------------------------------
-    def _hand_out(self) -> None:
-        """Give the queued requests, first come first served, the slots there are now; stop at the first that
-        finds none. Each request is chosen once, so a release costs O(servers), not O(queued x servers)."""
+    def _hand_out(self, at_most: int | None = None) -> None:
+        """Give the queued requests, first come first served, the slots there are now (``at_most`` of them); stop
+        at the first that finds none. So a release costs O(servers), not O(queued x servers)."""
         started = time.perf_counter()
         try:
-            self._hand_out_now()
+            self._hand_out_now(at_most)
         finally:
             self._own_s += time.perf_counter() - started
 
-    def _hand_out_now(self) -> None:
-        while self._waiting:
+    def _hand_out_now(self, at_most: int | None) -> None:
+        handed = 0
+        while self._waiting and (at_most is None or handed < at_most):
             request_id, waiter = self._waiting[0]
             if waiter.cancelled():  # its client gave up (an aborted generation): no slot for it
                 self._waiting.popleft()
@@ -162,6 +163,7 @@ class SharedRolloutBalancer(VerlBalancer):
                 return
             self._waiting.popleft()
             waiter.set_result(chosen)
+            handed += 1
 
     def _choose(self, request_id: str, queued_ahead: bool = False) -> tuple[str, Any] | None:
         """verl's sticky + least-loaded choice among the open servers with room; None: wait (``queued_ahead``:
