@@ -50,8 +50,9 @@ if ! VERL_SPLIT=1 VERL_SPLIT_SHARED_ROLLOUT=1 "$bin/verl-split" demo --steps 2 -
 fi
 "$bin/python" - "$out/demo/metrics.jsonl" "$trainer" <<'PY'
 import json, sys
-steps = [m for m in map(json.loads, open(sys.argv[1])) if "step" in m]
-assert [m["step"] for m in steps] == [1, 2], [m.get("step") for m in steps]
+records = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r]  # verl's file logger: {step, data}
+assert [r["step"] for r in records] == [1, 2], [r.get("step") for r in records]
+steps = [r.get("data", r) for r in records]
 for m in steps:
     assert 0.0 < m["split/critic_pool_rollout_share"] < 1.0, m  # both pools generated
     assert m["split/overlapped"] == 1.0 and m["split/prep_overlapped"] == 1.0, m  # the update and prep overlaps
