@@ -54,8 +54,9 @@ class SharedRolloutBalancer(VerlBalancer):
         #: Requests waiting for a slot, in arrival order, each with the future its acquire awaits.
         self._waiting: deque[tuple[str, asyncio.Future]] = deque()
         self._released = 0  # requests ended since the last take_step
-        #: Seconds spent in this class's own routing (queueing, handing out, gating) since the last take_step:
-        #: verl-split's cost on the request path, beside verl's own (benchmarks/control_plane.py reads it).
+        #: CPU seconds of the actor's thread in this class's own routing (queueing, handing out, gating) since the
+        #: last take_step: verl-split's cost on the request path, beside verl's own, counted as CPU time so that
+        #: other processes on the machine do not inflate it (benchmarks/control_plane.py reads it).
         self._own_s = 0.0
         self._step_started = time.monotonic()
         self._first_acquire: float | None = None
@@ -119,15 +120,15 @@ class SharedRolloutBalancer(VerlBalancer):
         if not self._parked and not self._caps:
             server_id, handle = super().acquire_server(request_id)
         else:
-            started = time.perf_counter()
+            started = time.thread_time()
             chosen = self._choose(request_id, queued_ahead=bool(self._waiting))
             if chosen is None:
                 waiter: asyncio.Future = asyncio.get_running_loop().create_future()
                 self._waiting.append((request_id, waiter))
-                self._own_s += time.perf_counter() - started
+                self._own_s += time.thread_time() - started
                 chosen = await waiter  # handed a slot by _hand_out, in arrival order
             else:  # room now and nobody queued before it, or a conversation's next turn
-                self._own_s += time.perf_counter() - started
+                self._own_s += time.thread_time() - started
             server_id, handle = chosen
         if self._first_acquire is None:
             self._first_acquire = time.monotonic()
@@ -146,11 +147,11 @@ class SharedRolloutBalancer(VerlBalancer):
     def _hand_out(self, at_most: int | None = None) -> None:
         """Give the queued requests, first come first served, the slots there are now (``at_most`` of them); stop
         at the first that finds none. So a release costs O(servers), not O(queued x servers)."""
-        started = time.perf_counter()
+        started = time.thread_time()
         try:
             self._hand_out_now(at_most)
         finally:
-            self._own_s += time.perf_counter() - started
+            self._own_s += time.thread_time() - started
 
     def _hand_out_now(self, at_most: int | None) -> None:
         handed = 0
