@@ -27,7 +27,7 @@ from typing import Any
 from verl_split.core import metric_names as names
 from verl_split.tools.advise.console import looks_like_verl, parse_console
 from verl_split.tools.advise.exports import AdviseError, csv_header, parse_csv, parse_jsonl
-from verl_split.tools.advise.periodic import PeriodicWork, set_apart
+from verl_split.tools.advise.periodic import PERIODIC, STEP_PHASES, TOTAL, PeriodicWork, set_apart
 
 CONSOLE = "verl console output"
 JSONL = "JSONL (verl's file logger)"
@@ -41,21 +41,7 @@ FORMATS_HINT = (
 )
 #: The phases verl times at the top level of a step (``marked_timer``/``_timer`` names): their sum stands in for
 #: a step total verl did not log. Sub-timers (``generate_sequences``, ``reshard``) are inside these.
-TOP_PHASES = (
-    "gen",
-    "gen_max",
-    "reward",
-    "old_log_prob",
-    "ref",
-    "values",
-    "adv",
-    "update_critic",
-    "update_actor",
-    "update_weights",
-    "testing",
-    "save_checkpoint",
-)
-TOTAL = "timing_s/step"
+TOP_PHASES = (*STEP_PHASES, *PERIODIC)
 _FIRST_TEXT = re.compile(r"[^\s\ufeff]")
 
 
