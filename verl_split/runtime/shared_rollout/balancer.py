@@ -58,7 +58,6 @@ class SharedRolloutBalancer(VerlBalancer):
         #: last take_step: verl-split's cost on the request path, beside verl's own, counted as CPU time so that
         #: other processes on the machine do not inflate it (benchmarks/control_plane.py reads it).
         self._own_s = 0.0
-        self._step_started = time.monotonic()
         self._first_acquire: float | None = None
         self._last_release: float | None = None
         self._opened_after: float | None = None
@@ -67,7 +66,6 @@ class SharedRolloutBalancer(VerlBalancer):
     def gate(self, parked: list[str], caps: dict[str, int]) -> None:
         """From now on route nothing to ``parked`` and at most ``caps[server]`` requests at once to each server."""
         self._parked, self._caps = set(parked), dict(caps)
-        self._step_started = time.monotonic()
         self._opened_after = None
 
     async def open(self, servers: list[str]) -> None:
