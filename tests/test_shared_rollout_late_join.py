@@ -280,6 +280,20 @@ def test_requests_are_served_first_come_first_served_behind_a_full_server():
     asyncio.run(run())
 
 
+def test_lifting_the_caps_leaves_a_parked_server_parked():
+    async def run():
+        balancer = SharedRolloutBalancer(servers=servers("h", "c"))
+        balancer.gate(parked=["c"], caps={"h": 1, "c": 1})
+        await balancer.acquire_server(request_id="r0")
+        waiting = [asyncio.ensure_future(balancer.acquire_server(request_id=f"q{i}")) for i in range(3)]
+        await asyncio.sleep(0.01)
+        await balancer.lift_caps()  # the critic pool sits the step out: its replicas sleep
+        await asyncio.sleep(0.01)
+        assert [w.result()[0] for w in waiting] == ["h", "h", "h"]
+
+    asyncio.run(run())
+
+
 def test_a_validation_pass_between_opening_and_the_step_s_end_keeps_the_join_time():
     async def run():
         balancer = SharedRolloutBalancer(servers=servers("h", "c"))
@@ -340,9 +354,10 @@ def test_the_critic_pool_sits_out_when_the_join_does_not_pay_and_the_caps_are_li
     late.balancer.routed = {"h": 8}
     late.manager.update_weights(4)
     late.critic.set_result("critic done")
-    wait_for(lambda: ("balancer", "ungate") in late.journal)
+    wait_for(lambda: ("balancer", "lift_caps") in late.journal)
     late.manager.sleep_replicas()
     assert ("shared", "wake_up_replicas") not in late.journal
+    assert ("balancer", "ungate") not in late.journal  # the critic pool's servers stay parked: their replicas sleep
     pending = late.trainer._pending_sync_metrics
     assert pending["split/critic_pool_joined"] == 0.0
     assert pending["split/critic_pool_join_forecast_saved_s"] == 0.0

@@ -70,7 +70,7 @@ class FakeBalancer:
         self.take_step = SimpleNamespace(remote=self._take)
         self.progress = SimpleNamespace(remote=lambda: dict(self.so_far))
         self.take_routed = SimpleNamespace(remote=lambda: self._take()["routed"])
-        for method in ("gate", "open", "ungate"):
+        for method in ("gate", "open", "ungate", "lift_caps"):
             setattr(self, method, SimpleNamespace(remote=self._record(method)))
 
     def _record(self, method):

@@ -75,6 +75,11 @@ class SharedRolloutBalancer(VerlBalancer):
             self._opened_after = 0.0 if self._first_acquire is None else time.monotonic() - self._first_acquire
         self._hand_out()
 
+    async def lift_caps(self) -> None:
+        """No cap on any server; parked servers stay parked (a critic pool that sits the step out sleeps on)."""
+        self._caps = {}
+        self._hand_out()
+
     async def ungate(self) -> None:
         """Every server open, no cap: verl's own routing again (the queue drains at once)."""
         self._parked, self._caps = set(), {}

@@ -156,8 +156,8 @@ class BothPoolsCheckpointManager:
             progress = ray.get(self._balancer.progress.remote())
             return join_pays(self._requests, progress, len(self._hybrid_servers), len(shared), self._push_s)
 
-        def skip() -> None:  # the caps held requests back for a critic pool that will not come
-            ray.get(self._balancer.ungate.remote())
+        def skip() -> None:  # the caps held requests back for a critic pool that will not come; it stays parked
+            ray.get(self._balancer.lift_caps.remote())
 
         result = self.hybrid.update_weights(global_steps)
         self._late = LateJoin(
