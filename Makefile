@@ -44,9 +44,9 @@ lint: $(BIN)/verl-split
 # (the dry run, split placement, overlapped updates), on verl's legacy FSDP workers; the legacy Megatron
 # critic's non-blocking dispatch (megatron-core imports on CPU there).
 OLDEST_FAMILY ?= 0.7
-OLDEST_TESTS := tests/test_activation.py tests/test_activation_startup.py tests/test_activation_ray.py tests/test_off_policy.py \
-	tests/test_preflight.py tests/test_preflight_runs.py \
-	tests/test_placement_seams.py tests/test_cpu_seams.py tests/test_megatron_legacy.py \
+OLDEST_TESTS := tests/plugin/test_activation.py tests/plugin/test_activation_startup.py tests/plugin/test_activation_ray.py tests/plugin/test_off_policy.py \
+	tests/plugin/test_preflight.py tests/plugin/test_preflight_runs.py \
+	tests/runtime/placement/test_placement_seams.py tests/runtime/cpu/test_cpu_seams.py tests/runtime/overlap/test_megatron_legacy.py \
 	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py \
 	tests/e2e/test_checkpoint_e2e.py
 # Not tests/e2e/test_interrupt_e2e.py: Ctrl-C and the run's process tree are Ray's and verl-split's, the same on
@@ -55,7 +55,7 @@ test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
 	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_TESTS)
 
-# Every other PyPI release of the tested families (compat.TESTED_RELEASES; tests/test_releases.py checks the
+# Every other PyPI release of the tested families (compat.TESTED_RELEASES; tests/project/test_releases.py checks the
 # list): installed over its family's environment, the preflight, one 2-step split dry run
 # (scripts/check-release.sh). 0.9.0 runs over .venv, 0.7.0 and 0.8.0 over .venvs/verl-0.7: their verl
 # requirements are the same as the pinned release's (scripts/release-env.sh checks).

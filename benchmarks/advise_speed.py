@@ -1,6 +1,6 @@
 """How fast ``verl-split advise`` reads a long console log (issue 24: 500 steps, tens of MB, under 2 s).
 
-Writes the driver's console of a 500-step verl 0.9 run (``tests/verl_console.py`` ``long_console_log``: each
+Writes the driver's console of a 500-step verl 0.9 run (``tests/support/verl_console.py`` ``long_console_log``: each
 step's line as verl's ``concat_dict_to_str`` prints it, ~130 metrics like a real v1 step, behind Ray's coloured
 prefix; between the steps, other processes' lines, some with bytes that are not UTF-8, until the file reaches
 ``--mb``), then times ``verl-split advise LOG`` in this process (read, fit, rank, report), ``--repeats`` times.
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from verl_console import long_console_log  # noqa: E402
+from support.verl_console import long_console_log  # noqa: E402
 
 from verl_split.tools.advise.logs import read_log  # noqa: E402
 from verl_split.tools.cli import main  # noqa: E402

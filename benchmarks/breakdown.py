@@ -5,7 +5,7 @@ Used by ``whole_step.py``. Two sources per split-placement run, both on ``time.m
 - the driver's lanes, from verl-split's ``VERL_SPLIT_TRACE`` timeline (written by the trainer process):
   ``critic update`` / ``actor update`` (from entering the step's critic update / from the actor's
   launch, to each result in the trainer's hands) and ``old_log_prob + ref`` / ``values``;
-- the workers' calls, from ``tests/plugins/phase_log.py`` (``PHASE_LOG``): start, end and the CPU time
+- the workers' calls, from ``tests/support/plugins/phase_log.py`` (``PHASE_LOG``): start, end and the CPU time
   the worker's thread got.
 
 Per step and lane: **launch** (phase start to the lane's start: for the actor's update, the critic's

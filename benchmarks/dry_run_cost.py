@@ -7,7 +7,7 @@ Per repetition, the tiny dry-run PPO job (``verl_split.dryrun.recipe``: GAE with
 trainer, 3 steps) runs twice on 2 logical GPUs: stock verl (``VERL_SPLIT`` unset) and split placement
 with every overlap (``VERL_SPLIT=1``). For each run: the wall time of the whole ``main_ppo`` process
 (start-up included), the mean step time of steps 2..S, and the peak summed RSS and PSS of its process
-tree (driver, Ray, every worker; ``tests/proc_memory.py``). Tables show every repetition and
+tree (driver, Ray, every worker; ``tests/support/proc_memory.py``). Tables show every repetition and
 min / median / max, and the former budgets. Run from the repository root on an idle machine:
 
     .venv/bin/python benchmarks/dry_run_cost.py --json benchmarks/dry_run_cost.json   # ~6 min on 2 cores
@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # proc_memory: a test helper, not in the wheel
-from proc_memory import TreeMemorySampler  # noqa: E402
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1] / "tests")
+)  # support.proc_memory: a test helper, not in the wheel
+from support.proc_memory import TreeMemorySampler  # noqa: E402
 
 from verl_split.core import compat
 from verl_split.dryrun import report

@@ -52,7 +52,7 @@ Numbers:
 - speed-ups of the whole step (``timing_s/step``) of each configuration against split sequential and
   stock, per repetition;
 - breakdown (``breakdown.py``): where each overlapped phase's wall goes, from the driver's lanes
-  (``VERL_SPLIT_TRACE``) and the workers' own intervals and CPU time (``tests/plugins/phase_log.py``).
+  (``VERL_SPLIT_TRACE``) and the workers' own intervals and CPU time (``tests/support/plugins/phase_log.py``).
 
 verl's v1 trainer waits for generation by polling every 2 s; in CPU mode verl-split polls every 0.05 s
 (``verl_split/runtime/cpu/trainer_hooks.py``), so ``gen`` is what generating took.
@@ -81,7 +81,7 @@ from verl_split.dryrun.assets import make_tiny_assets
 from verl_split.dryrun.recipe import dry_run_overrides, run_environment
 from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, read_metrics, run_logged
 
-PLUGINS = Path(__file__).resolve().parents[1] / "tests" / "plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "tests" / "support" / "plugins"
 #: (key, title, VERL_SPLIT, VERL_SPLIT_OVERLAP); VERL_SPLIT None = unset.
 CONFIGS = (
     ("stock", "stock", None, None),

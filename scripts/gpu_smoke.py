@@ -9,7 +9,7 @@ It runs ``python -m verl.trainer.main_ppo`` on the demo's data and the tiny mode
 (``verl_split.dryrun.assets``: head size 64, which vLLM's attention backends and flash-attn take) with
 vLLM rollout on a real 2-GPU Ray cluster, from the CPU dry run's overrides with the CPU-only ones
 replaced (``gpu_overrides``: vLLM instead of the CPU rollout, flash-attention and bf16 mixed precision
-instead of sdpa in fp32, CUDA, Ray's real GPUs). ``tests/test_gpu_smoke_config.py`` composes these
+instead of sdpa in fp32, CUDA, Ray's real GPUs). ``tests/project/test_gpu_smoke_config.py`` composes these
 overrides with verl's config and checks them against verl's, vLLM's and flash-attn's rules. The runs:
 
 1. stock verl: one pool, every role on both GPUs;

@@ -34,5 +34,5 @@ def install() -> None:
 def activate(split: bool = True, cpu: bool = False, frozen: settings.Settings | None = None) -> list[str]:
     """Install ``SEAMS``, then register the seams for the installed verl (``activation.activate``)."""
     install()
-    # Looked up at call time: tests/pyrun.py's COUNT_ACTIVATIONS counts calls by replacing activation.activate.
+    # Looked up at call time: tests/support/pyrun.py's COUNT_ACTIVATIONS counts calls by replacing activation.activate.
     return activation.activate(split=split, cpu=cpu, frozen=frozen)

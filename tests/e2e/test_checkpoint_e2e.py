@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PPORun, plugin_env, run_main_ppo
-from families import FAMILY
+from support.families import FAMILY
+from support.ppo_run import PPORun, plugin_env, run_main_ppo
 
 from verl_split.core import compat
 from verl_split.dryrun.recipe import dry_run_overrides

@@ -16,7 +16,7 @@ was 5.7e-4 after the first update and 1.0e-3 after the second (measured once, by
 from __future__ import annotations
 
 import pytest
-from families import DEFAULT_TRAINER, FAMILY, extended_on
+from support.families import DEFAULT_TRAINER, FAMILY, extended_on
 
 from verl_split.dryrun.recipe import dry_run_overrides
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PPORun
+from support.ppo_run import PPORun
 from test_cpu_dry_run import check_ppo_run
 
 from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, read_metrics

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
+from support.paths import EXAMPLE
 
 from verl_split.dryrun.runner import METRICS_FILE, read_metrics, run_logged
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "split_placement"
 STEPS = 2
 TIMEOUT_S = 900
 

@@ -2,7 +2,7 @@
 stops within 30 s and leaves nothing behind.
 
 Stock ``main_ppo`` on CPU with ``VERL_SPLIT=1`` (every overlap on), in a process group of its own as a
-shell runs a foreground job. The test plugin ``tests/plugins/slow_updates.py`` makes the critic's
+shell runs a foreground job. The test plugin ``tests/support/plugins/slow_updates.py`` makes the critic's
 update sleep long inside its worker process and logs when each call starts; once the critic's update
 of step 1 is under way and the actor pool has gone on into step 2 (its old_log_prob started), the
 test sends SIGINT to the whole group, as a terminal's Ctrl-C does. The second scenario (verl 0.9, shared
@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import plugin_env
+from support.ppo_run import plugin_env
 
 from verl_split.core import compat
 from verl_split.dryrun.recipe import dry_run_overrides, run_environment

@@ -2,7 +2,7 @@
 
 Two overlaps: the actor and critic updates (``updates``), and the critic's values beside the
 actor's old_log_prob + ref (``prep``). The intervals checked here are logged *inside the
-worker processes* by the test plugin ``tests/plugins/slow_updates.py`` (loaded through
+worker processes* by the test plugin ``tests/support/plugins/slow_updates.py`` (loaded through
 verl's own ``VERL_USE_EXTERNAL_MODULES``), which also injects the sleeps and the faults. The only
 stand-in in these runs is verl-split's CPU rollout (Hugging Face ``generate``
 instead of vLLM), as in every CPU dry run.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PPORun, plugin_env, run_main_ppo
-from families import DEFAULT_TRAINER, FAMILY
+from support.families import DEFAULT_TRAINER, FAMILY
+from support.ppo_run import PPORun, plugin_env, run_main_ppo
 
 from verl_split.dryrun.recipe import dry_run_overrides
 
@@ -236,8 +236,8 @@ def test_whole_step_metrics(overlapped_and_sequential):
 
 
 @pytest.mark.extended(
-    reason="the phase list is read in one place (tests/test_settings.py); test_prep.py shows prep switched off by it, "
-    "and the module's on and off runs show each phase"
+    reason="the phase list is read in one place (tests/core/test_settings.py); test_prep.py shows prep switched "
+    "off by it, and the module's on and off runs show each phase"
 )
 def test_updates_only_keeps_preparation_sequential(overlapped_and_sequential, tiny_assets, tmp_path):
     out = tmp_path / "updates_only"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HALVES_STEPS, halves_overrides, plugin_env, run_main_ppo
+from support.ppo_run import HALVES_STEPS, halves_overrides, plugin_env, run_main_ppo
 
 from verl_split.core import compat
 

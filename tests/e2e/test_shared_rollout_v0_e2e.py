@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import HALVES_STEPS, plugin_env, run_main_ppo
-from families import FAMILY
+from support.families import FAMILY
+from support.ppo_run import HALVES_STEPS, plugin_env, run_main_ppo
 
 from verl_split.core import compat
 from verl_split.dryrun.recipe import dry_run_overrides

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from families import extended_on
+from support.families import extended_on
 
 from verl_split.dryrun.recipe import dry_run_overrides
 

@@ -22,8 +22,8 @@ MINIMUM = "0.7.0"
 SUPPORTED = SpecifierSet(f">={MINIMUM}")
 #: The release families the tests run on, oldest first: each has its environment; seams declare their ranges below.
 SUPPORTED_FAMILIES: tuple[str, ...] = ("0.7", "0.8", "0.9")
-#: Every PyPI release inside those families, each run in CI (``tests/test_releases.py``, ``make test-release``);
-#: the README's "Supported verl" table lists the same (``tests/test_releases.py`` checks it).
+#: Every PyPI release inside those families, each run in CI (``tests/project/test_releases.py``, ``make test-release``);
+#: the README's "Supported verl" table lists the same (``tests/project/test_releases.py`` checks it).
 TESTED_RELEASES: tuple[str, ...] = ("0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1")
 #: The range those families span: a verl above it is accepted but untested.
 TESTED = SpecifierSet(">=0.7.0,<0.10")

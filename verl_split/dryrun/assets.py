@@ -11,7 +11,7 @@ Two shapes of the same network: ``cpu`` (head size 16, what the dry run, the tes
 use; never to change) and ``gpu`` (head size 64, for ``scripts/gpu_smoke.py``). Head size 64 is in every
 list vLLM 0.24.0's CUDA attention backends check (FlashInfer's is 64/128/256/512,
 ``vllm/v1/attention/backends/flashinfer.py:421-423``) and a size flash-attn 2.8.3 compiles a kernel
-for; ``tests/test_gpu_smoke_config.py`` holds the rules with their sources.
+for; ``tests/project/test_gpu_smoke_config.py`` holds the rules with their sources.
 """
 
 from __future__ import annotations

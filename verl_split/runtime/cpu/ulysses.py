@@ -14,7 +14,7 @@ one rank, sdpa gets the same all-to-all, with verl's own ``gather_seq_scatter_he
 flash-attention's varlen kernel applies to packed sequences: causal within each sequence, a sequence
 starting where ``position_ids`` is 0 (verl pads the packed row with ``arange`` positions, a sequence of its
 own). The mesh, the slicing, the gathered outputs, verl's dispatch and collect are verl's. Every other
-call goes to transformers' own sdpa. ``tests/test_cpu_ulysses.py`` checks the result against attention over
+call goes to transformers' own sdpa. ``tests/runtime/cpu/test_cpu_ulysses.py`` checks the result against attention over
 the whole sequence on one rank.
 """
 

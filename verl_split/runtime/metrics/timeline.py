@@ -7,7 +7,7 @@ costs the new events, not the whole run (a rewrite per step grows quadratically)
 middle of a flush leaves an array without its ``]``, which Chrome's trace format tolerates.
 
 Timestamps are the callers' ``time.monotonic()`` seconds, written in microseconds: the clock
-``benchmarks/breakdown.py`` and ``tests/plugins/phase_log.py`` line the lanes up against.
+``benchmarks/breakdown.py`` and ``tests/support/plugins/phase_log.py`` line the lanes up against.
 """
 
 from __future__ import annotations
