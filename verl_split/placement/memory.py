@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_split.core.errors import PlacementError
-from verl_split.placement.config_keys import select_key
 from verl_split.placement.hf_config import params_from_config
-from verl_split.placement.megatron_config import uses_reference
+from verl_split.placement.job import Job
+from verl_split.placement.job_config import as_job
 from verl_split.placement.model import Plan
 from verl_split.placement.train_state import GIB, State, role_state
 
@@ -116,32 +116,35 @@ class MemoryEstimate:
         )
 
 
-def _bucket_mb(config: Any) -> float:
-    return float(select_key(config, f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes", 2048))
+def _vllm_share(job: Job) -> float:
+    share = job.rollout.gpu_memory_utilization
+    return 0.5 if share is None else share
 
 
-def estimate(config: Any, critic_gpus: int, gpu_gb: float | None, critic_params: float | None) -> MemoryEstimate:
-    """One critic-pool GPU: vLLM's share, the critic's state, the push's buffers, the processes' contexts."""
+def estimate(config: Job | Any, critic_gpus: int, gpu_gb: float | None, critic_params: float | None) -> MemoryEstimate:
+    """One critic-pool GPU: vLLM's share, the critic's state, the push's buffers, the processes' contexts.
+    ``config``: the job's view, or verl's config to read it from."""
+    job = as_job(config)
     return MemoryEstimate(
-        states=(role_state(config, "critic", critic_gpus, critic_params),),
-        vllm_fraction=float(select_key(config, f"{ROLLOUT}.gpu_memory_utilization", 0.5)),
-        bucket_mb=_bucket_mb(config),
+        states=(role_state(job, "critic", critic_gpus, critic_params),),
+        vllm_fraction=_vllm_share(job),
+        bucket_mb=job.rollout.bucket_mb,
         gpu_gb=gpu_gb,
     )
 
 
 def actor_estimate(
-    config: Any, actor_gpus: int, gpu_gb: float | None, actor_params: float | None, vllm_awake: bool = False
+    job: Job, actor_gpus: int, gpu_gb: float | None, actor_params: float | None, vllm_awake: bool = False
 ) -> MemoryEstimate:
     """One actor-pool GPU during the push: the actor's state (and the reference's), the push's buffers, and
     the hybrid vLLM's share when the push comes while it generates (``vllm_awake``: the late join)."""
-    states = [role_state(config, "actor", actor_gpus, actor_params, exporting=True)]
-    if uses_reference(config):
-        states.append(role_state(config, "ref", actor_gpus, actor_params))
+    states = [role_state(job, "actor", actor_gpus, actor_params, exporting=True)]
+    if job.uses_reference:
+        states.append(role_state(job, "ref", actor_gpus, actor_params))
     return MemoryEstimate(
         states=tuple(states),
-        vllm_fraction=float(select_key(config, f"{ROLLOUT}.gpu_memory_utilization", 0.5)) if vllm_awake else 0.0,
-        bucket_mb=_bucket_mb(config),
+        vllm_fraction=_vllm_share(job) if vllm_awake else 0.0,
+        bucket_mb=job.rollout.bucket_mb,
         gpu_gb=gpu_gb,
         processes=ACTOR_PROCESSES,
         pool="actor-pool",
@@ -202,21 +205,23 @@ def late_join_pushes_beside_vllm() -> bool:
 
 def with_memory_estimate(
     plan: Plan,
-    config: Any,
+    config: Job | Any,
     gpu_gb: float | None,
     critic_params: float | None,
     actor_params: float | None = None,
     late_join: bool | None = None,
 ) -> Plan:
     """Refuse a shared-rollout plan whose critic-pool or actor-pool GPUs cannot hold it; else note the estimates.
-    ``late_join``: the push may come beside the actor pool's awake vLLM (default: what the settings ask)."""
+    ``late_join``: the push may come beside the actor pool's awake vLLM (default: what the settings ask).
+    ``config``: the job's view, or verl's config to read it from."""
     critic, actor = plan.pool_of("critic"), plan.pool_of("actor")
     if critic is None or actor is None:
         return plan
+    job = as_job(config)
     where = f"{plan.source}={plan.placement!r}"
-    found = estimate(config, critic.size, gpu_gb, critic_params)
+    found = estimate(job, critic.size, gpu_gb, critic_params)
     check(found, where)
     awake = late_join_pushes_beside_vllm() if late_join is None else late_join
-    pushed = actor_estimate(config, actor.size, gpu_gb, actor_params, vllm_awake=awake)
+    pushed = actor_estimate(job, actor.size, gpu_gb, actor_params, vllm_awake=awake)
     check(pushed, where)
     return dataclasses.replace(plan, notes=(*plan.notes, found.describe(), pushed.describe()))
