@@ -44,6 +44,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from verl_split.core.citations import cite
 from verl_split.core.errors import PlacementError
 from verl_split.placement.hf_config import params_from_config
 from verl_split.placement.job import Job
@@ -166,8 +167,8 @@ def check(found: MemoryEstimate, where: str) -> None:
         )
     raise PlacementError(
         f"{where}: shared rollout's weight push does not fit an actor-pool GPU: verl's NCCL checkpoint engine "
-        "allocates its two buckets on every actor rank (verl/checkpoint_engine/nccl_checkpoint_engine.py:165-173 "
-        f"in 0.9.1) beside the actor's state{AWAKE if found.vllm_fraction else ''}. {found.describe()}. Make room: "
+        f"allocates its two buckets on every actor rank ({cite('nccl_buckets')}) beside the actor's "
+        f"state{AWAKE if found.vllm_fraction else ''}. {found.describe()}. Make room: "
         f"{offload}, a smaller {bucket} (the push needs 2 of it), a larger actor pool, "
         f"{'VERL_SPLIT_LATE_JOIN=off (the push then comes while that vLLM sleeps), ' if found.vllm_fraction else ''}"
         f"or {SWITCH_OFF}."
