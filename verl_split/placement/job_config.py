@@ -47,6 +47,9 @@ FSDP_BLOCKS: dict[str, tuple[str, ...]] = {
     "critic": ("fsdp", "model.fsdp_config"),
 }
 ROLLOUT = "actor_rollout_ref.rollout"
+#: A rollout replica's sizes, and a Megatron model replica's.
+REPLICA_SIZES = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
+MODEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 STORAGE = "transfer_queue.backend.SimpleStorage"
 
 
@@ -157,12 +160,6 @@ def _model(config: Any, role: str, value_head: bool) -> Model:
 def _role(config: Any, role: str, rules: str, model: Model) -> Role:
     prefix = ROLE_PREFIX[role]
     strategy = str(select_key(config, f"{prefix}.strategy", "") or "")
-    megatron_size = 1
-    if strategy == "megatron":
-        block = f"{prefix}.megatron"
-        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-            size = _count(config, f"{block}.{key}")
-            megatron_size *= 1 if size is None else size
     mesh = mesh_of(config, role, model.shape) if strategy_of(config, role) == "megatron" else None
     dynamic = {"actor": f"{prefix}.use_dynamic_bsz", "ref": f"{prefix}.log_prob_use_dynamic_bsz"}.get(role)
     return Role(
@@ -171,7 +168,7 @@ def _role(config: Any, role: str, rules: str, model: Model) -> Role:
         model=model,
         strategy=strategy,
         mesh=mesh,
-        megatron_size=megatron_size,
+        megatron_size=_product(config, f"{prefix}.megatron", MODEL_SIZES) if strategy == "megatron" else 1,
         fsdp_blocks=tuple(_fsdp(config, f"{prefix}.{block}") for block in FSDP_BLOCKS[role]),
         ulysses=tuple((key, _count(config, key)) for key in ulysses_keys(role, rules)),
         ulysses_role_key=_count(config, f"{prefix}.ulysses_sequence_parallel_size"),
@@ -191,11 +188,10 @@ def _fsdp(config: Any, block: str) -> FsdpBlock:
 
 
 def _rollout(config: Any) -> Rollout:
-    name, mode = select_key(config, f"{ROLLOUT}.name"), select_key(config, f"{ROLLOUT}.mode")
     bucket = _number(config, f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes")
     return Rollout(
-        name=None if name is None else str(name),
-        mode=None if mode is None else str(mode),
+        name=_text(config, f"{ROLLOUT}.name"),
+        mode=_text(config, f"{ROLLOUT}.mode"),
         tp=_count(config, f"{ROLLOUT}.tensor_model_parallel_size"),
         dp=_count(config, f"{ROLLOUT}.data_parallel_size"),
         pp=_count(config, f"{ROLLOUT}.pipeline_model_parallel_size"),
@@ -213,7 +209,7 @@ def _reward_model(config: Any) -> RewardModel:
     return RewardModel(
         enabled=bool(select_key(config, f"{rm}.enable", False)),
         own_pool=bool(select_key(config, f"{rm}.enable_resource_pool", False)),
-        replica=_replica(config, f"{rm}.rollout"),
+        replica=_product(config, f"{rm}.rollout", REPLICA_SIZES),
     )
 
 
@@ -274,13 +270,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _replica(config: Any, rollout: str) -> int:
-    """tp x dp x pp of a rollout block, unset sizes 1."""
-    replica = 1
-    for key in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
-        size = _count(config, f"{rollout}.{key}")
-        replica *= 1 if size is None else size
-    return replica
+def _product(config: Any, block: str, keys: tuple[str, ...]) -> int:
+    """The product of ``block``'s sizes ``keys``, unset sizes 1."""
+    total = 1
+    for key in keys:
+        size = _count(config, f"{block}.{key}")
+        total *= 1 if size is None else size
+    return total
+
+
+def _text(config: Any, key: str) -> str | None:
+    """A setting's text; None unset, or left mandatory (``???``: what a plain dict of an OmegaConf config keeps)."""
+    value = select_key(config, key)
+    return None if value is None or value == "???" else str(value)
 
 
 def _count(config: Any, key: str) -> int | None:
