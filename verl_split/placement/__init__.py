@@ -28,9 +28,9 @@ What verl can build: its ``resource_pool_spec`` is a GPU *count* per node
 (``verl/single_controller/ray/base.py`` ``RayResourcePool``: one STRICT_PACK placement group per
 entry). A pool's explicit GPU set becomes the count of its GPUs on each node it touches, in node
 order, and ``verl_split.runtime.placement.pools`` pins each count to its node. A pool must have the *same* count on
-every node it touches: ``RayWorkerGroup._init_with_resource_pool`` (``base.py:538-577`` in verl
-0.9.1, ``local_world_size = resource_pool.store[0]`` at :564) starts every node's workers with the
-first node's count, so ``0-5,8-9`` -> ``[6, 2]`` fails an assertion and ``[2, 6]`` starts 4 of 8
+every node it touches: ``RayWorkerGroup._init_with_resource_pool`` (``base.py``, its
+``local_world_size = resource_pool.store[0]``; ``core.citations`` pool_first_node_count) starts every node's
+workers with the first node's count, so ``0-5,8-9`` -> ``[6, 2]`` fails an assertion and ``[2, 6]`` starts 4 of 8
 workers that wait forever. The planner refuses such pools. Which device ids inside a node a pool
 gets is Ray's choice: the ids within a node are labels of the picture, not a pinning.
 

@@ -6,13 +6,14 @@ step k+1 and reads step k's data until it is joined at step k+1's values (``runt
 So two steps' data are resident at once where stock verl holds one.
 
 verl 0.9's v1 trainer keeps every sample of a step in TransferQueue from generation until the step's
-``kv_clear`` (``verl/trainer/ppo/v1/trainer_base.py:511``); the deferral postpones that clear to the join,
-by which time step k+1 has generated and padded its own samples. What one step stores:
+``kv_clear`` (``PPOTrainer.fit`` in ``verl/trainer/ppo/v1/trainer_base.py``); the deferral postpones that clear
+to the join, by which time step k+1 has generated and padded its own samples. What one step stores:
 
 * ``train_batch_size x rollout.n`` trajectories, one key each (the prompts' own keys carry tags only, and a
   put without fields stores nothing: ``transfer_queue`` ``kv_batch_put``);
 * padding samples with keys of their own, up to a multiple of ``lcm(actor dp, critic mini x n, actor mini
-  x n)`` (``_balance_batch`` and ``_get_required_batch_multiple``, ``trainer_base.py:1590-1621``;
+  x n)`` (``_balance_batch`` and ``_get_required_batch_multiple``, ``trainer_base.py``; ``core.citations``
+  v1_batch_multiple;
   ``verl/trainer/ppo/padding_utils.py`` ``upsample_batch_to_divisible_size``);
 * with DAPO's group filter (``algorithm.filter_groups.enable``), up to ``max_inflight_gen_batches x
   train_batch_size`` prompts generating beside the finished groups before the replay buffer selects

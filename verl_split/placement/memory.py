@@ -6,7 +6,7 @@ are pushed to it, at once:
 * vLLM's share: ``actor_rollout_ref.rollout.gpu_memory_utilization`` x the GPU's memory. vLLM takes that
   fraction for its weights and KV cache, and refuses to start if that much is not free
   (its memory profiling at start-up); verl's colocated replicas keep it while they sleep at level 1
-  (weights in pinned host memory, ``vllm_async_server.py:859-860`` in verl 0.9.1) and take it back on
+  (weights in pinned host memory, ``vLLMHttpServer.sleep`` in ``vllm_async_server.py``) and take it back on
   wake-up, before the push.
 * the critic's training state, resident unless offloaded (``placement.train_state``): with FSDP its
   parameters (``critic.fsdp.model_dtype``, fp32 by default) and Adam's moments sharded over its FSDP group;
@@ -14,15 +14,16 @@ are pushed to it, at once:
   optimizer's 12 bytes a parameter over the pool. Activations are not counted: they live during the
   critic's update, not during generation.
 * the push's two buffers of ``actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes``
-  (default 2048 MB) on every GPU of the NCCL checkpoint engine (``nccl_checkpoint_engine.py:124-125,165-173``).
+  (default 2048 MB) on every GPU of the NCCL checkpoint engine (``NCCLCheckpointEngine.prepare``; ``core.citations``
+  nccl_buckets).
 * a fixed allowance for the CUDA contexts and NCCL of the processes on the GPU (critic worker,
   checkpoint-engine worker, vLLM engine): ``CONTEXT_GB_PER_PROCESS`` each.
 
 So ``need = u x M + critic state + 2 x bucket + 3 x 1 GiB`` must stay within ``M``.
 
 Every actor-pool GPU joins the push too: verl's checkpoint-engine manager prepares every actor rank
-(``checkpoint_engine/base.py:426-429``), and each allocates the same two buffers
-(``nccl_checkpoint_engine.py:165-173``) beside the actor's state (its parameters loaded for the export) and a
+(``CheckpointEngineManager.build_process_group`` in ``checkpoint_engine/base.py``), and each allocates the same
+two buffers (``NCCLCheckpointEngine.prepare``) beside the actor's state (its parameters loaded for the export) and a
 reference model's. When the push comes at the weight sync, the actor pool's hybrid vLLM is asleep then:
 ``actor state + ref state + 2 x bucket + 2 x 1 GiB`` (actor worker, vLLM) must stay within ``M``. Under the
 late join (``VERL_SPLIT_LATE_JOIN=on`` with ``defer_critic``) the push comes while that vLLM generates, awake:

@@ -11,9 +11,10 @@ Megatron (verl's Megatron engine with megatron-core's DDP and distributed optimi
   ``P_experts / (ETP x EP x PP)`` for the routed experts (megatron-core's ``_ParamAndGradBuffer``,
   ``distributed/param_and_grad_buffer.py``);
 * gradients: a buffer of the same shard, fp32 unless the precision-aware optimizer keeps lower-precision main
-  grads (verl's ``_resolve_override_ddp_config``, ``transformer_impl.py:439-463``); it lives as long as the
+  grads (verl's ``MegatronEngine._resolve_override_ddp_config``, ``transformer_impl.py``); it lives as long as the
   model: megatron-core zeroes it, never frees it. ``param_offload`` moves both to the CPU between calls
-  (``offload_megatron_model_to_cpu``; verl's engine offloads the grads with the parameters, :651-655);
+  (``offload_megatron_model_to_cpu``; verl's engine offloads the grads with the parameters,
+  ``MegatronEngine.initialize``);
 * the optimizer: fp32 main parameters and Adam's two fp32 moments, 12 bytes a parameter, which the
   distributed optimizer (``use_distributed_optimizer``, on by default) shards over the data-parallel (x CP)
   ranks of each shard: ``12 x P / GPUs`` per GPU; without it every rank holds its whole shard's.
@@ -21,8 +22,8 @@ Megatron (verl's Megatron engine with megatron-core's DDP and distributed optimi
 
 A forward-only role (the reference) has parameters only. ``exporting``: the actor while it sends its weights
 to the rollout; a Megatron engine's export loads its parameters to the GPU whatever ``param_offload`` says
-(``get_per_tensor_param``, ``transformer_impl.py:1040``), FSDP2's streams them one tensor at a time
-(``fsdp/transformer_impl.py:988-991``).
+(``MegatronEngine.get_per_tensor_param``, ``megatron/transformer_impl.py``), FSDP2's streams them one tensor at
+a time (``FSDPEngine.get_per_tensor_param``, ``fsdp/transformer_impl.py``).
 """
 
 from __future__ import annotations
