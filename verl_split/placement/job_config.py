@@ -4,15 +4,16 @@ The one reader of verl's keys (with ``megatron_config`` for a Megatron role's bl
 the view's fields. Which keys a role's Ulysses size comes from, and so the view, depend on the verl family:
 
 * 0.9 runs its v1 trainer unless ``trainer.use_v1=false`` (``verl/trainer/main_ppo.py``); 0.8 runs
-  ``RayPPOTrainer`` on the engine workers; 0.7 runs its legacy ``fsdp_workers`` / ``megatron_workers`` unless
-  ``trainer.use_legacy_worker_impl=disable`` (0.7.1 ``verl/trainer/main_ppo.py:128-207``).
-* 0.7's legacy workers read a role's own Ulysses key (``verl/workers/fsdp_workers.py:178`` actor, ``:1315``
-  critic). The engine workers read the engine block: the actor's config copies its role-level key there when
-  above 1 (``verl/workers/config/actor.py`` ``FSDPActorConfig.__post_init__``), the critic's never does (0.8.0
-  and 0.9.1 ``verl/workers/config/critic.py`` ``FSDPCriticConfig``: the role-level key is "[DEPRECATED]" and
-  only validated), so there ``critic.ulysses_sequence_parallel_size`` alone leaves the critic without SP.
-* The critic's FSDP block: 0.7's legacy ``CriticWorker`` reads ``critic.model.fsdp_config``
-  (``verl/workers/fsdp_workers.py``), 0.8 and 0.9 ``critic.fsdp``. A config has one of the two.
+  ``RayPPOTrainer`` on the engine workers; 0.7 its legacy ``fsdp_workers`` / ``megatron_workers`` unless
+  ``trainer.use_legacy_worker_impl=disable`` (0.7.1 ``main_ppo.py`` ``TaskRunner.add_actor_rollout_worker``).
+* 0.7's legacy workers read a role's own Ulysses key (``verl/workers/fsdp_workers.py``, the ``__init__`` of
+  ``ActorRolloutRefWorker`` and ``CriticWorker``). The engine workers read the engine block: the actor's config
+  copies its role-level key there when above 1 (``verl/workers/config/actor.py``
+  ``FSDPActorConfig.__post_init__``), the critic's never does (0.8.0 and 0.9.1 ``verl/workers/config/critic.py``
+  ``FSDPCriticConfig``: the role-level key is "[DEPRECATED]" and only validated), so there
+  ``critic.ulysses_sequence_parallel_size`` alone leaves the critic without SP.
+* The critic's FSDP block: 0.7's legacy ``CriticWorker`` reads ``critic.model.fsdp_config``, 0.8 and 0.9
+  ``critic.fsdp``. A config has one of the two.
 """
 
 from __future__ import annotations
@@ -294,6 +295,3 @@ def _count(config: Any, key: str) -> int | None:
 def _number(config: Any, key: str) -> float | None:
     value = select_key(config, key)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-__all__ = ["FAMILIES", "as_job", "installed_family", "is_trainer_config", "job_from_config", "split_from_config"]
