@@ -206,7 +206,14 @@ ROWS: tuple[Citation, ...] = (
         "initialized without dynamic DPxCP groups",
         ">=0.9",
     ),
-    # Shared rollout's weight push (placement.memory).
+    # Shared rollout (runtime/shared_rollout/ray_trainer.py, placement.memory).
+    _verl(
+        "trainer_gets_client",
+        "verl/trainer/ppo/ray_trainer.py",
+        "RayPPOTrainer.init_workers",
+        "llm_client=self.llm_server_manager.get_client()",
+        ">=0.8",
+    ),
     _verl(
         "nccl_buckets",
         "verl/checkpoint_engine/nccl_checkpoint_engine.py",
