@@ -64,7 +64,7 @@ def batch_of(job: Job) -> BatchConfig | None:
         if mesh.dynamic_cp and compat.family_in(family, compat.ENGINE_WORKERS):  # 0.7 has no dynamic CP
             single_dp.add(role)
             # 0.9's dynamic-CP scheduler cuts the micro-batches, not prepare_micro_batches
-            # (workers/engine/megatron/transformer_impl.py:879-901 in 0.9.1).
+            # (MegatronEngine.forward_backward_batch in workers/engine/megatron/transformer_impl.py, 0.9.1).
             if compat.family_in(family, compat.V1_TRAINER):
                 dynamic |= {"actor", "log_prob"} if role == "actor" else {role}
         if mesh.interleaved:

@@ -3,7 +3,7 @@
 The Megatron part of ``placement.job_config`` (the one reader of verl's keys), which gives it the model's shape.
 A role is Megatron when its ``strategy`` is ``megatron`` (the reference takes the actor's when it has none).
 The keys are verl's engine block (``trainer/config/engine/megatron.yaml`` in 0.9.1, ``McoreEngineConfig`` in
-``workers/config/engine.py:148-236``).
+``workers/config/engine.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from verl_split.placement.mesh import MESH_KEYS, Mesh, ModelShape
 ROLE_PREFIX = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
 MODEL_PREFIX = {"actor": "actor_rollout_ref.model", "ref": "actor_rollout_ref.model", "critic": "critic.model"}
 #: ``override_transformer_config`` keys that split the layers another way than evenly over pp (and vpp);
-#: megatron-core then checks its own split (``transformer_config.py:1325-1480`` in megatron-core 0.16.1).
+#: megatron-core then checks its own split (``TransformerConfig.__post_init__`` in ``transformer_config.py``).
 CUSTOM_SPLIT_KEYS = (
     "pipeline_model_parallel_layout",
     "num_layers_in_first_pipeline_stage",
@@ -69,7 +69,7 @@ def mesh_of(config: Any, role: str, shape: ModelShape) -> Mesh | None:
 def _grad_bytes(config: Any, role: str, ddp: Any) -> int:
     """The DDP grad buffer's dtype: fp32 unless the precision-aware optimizer keeps lower-precision main grads.
 
-    verl sets ``grad_reduce_in_fp32`` so (``transformer_impl.py:439-463`` in 0.9.1, ``_resolve_override_ddp_config``);
+    verl sets ``grad_reduce_in_fp32`` so (``MegatronEngine._resolve_override_ddp_config`` in ``transformer_impl.py``);
     an explicit ``override_ddp_config.grad_reduce_in_fp32`` wins.
     """
     explicit = _get(ddp, "grad_reduce_in_fp32")
