@@ -228,9 +228,8 @@ def test_the_split_placement_block_is_read_without_the_rest_of_the_job(monkeypat
         job_from_config(config)
 
 
-#: The modules that read verl's keys: the view's builder and its Megatron block. generation_fit is advise's
-#: generation lane, left to the consolidation of advise's modules (its MemoryRule carries the view already).
-KEY_READERS = {"placement/job_config.py", "placement/megatron_config.py", "tools/advise/generation_fit.py"}
+#: The modules that read verl's keys: the view's builder and its Megatron block.
+KEY_READERS = {"placement/job_config.py", "placement/megatron_config.py"}
 
 
 def test_verls_keys_are_read_in_one_place():

@@ -160,9 +160,9 @@ def advise(
     deferral = deferral_costs(runs)
     job = job_requirements(runs, model.has_critic, rollout_tp)
     reserved = max((run.max_reserved_gb for run in runs if run.max_reserved_gb is not None), default=None)
-    memory = memory_rule(job.config, gpu_gb, model_params, critic_params, reserved)
+    memory = memory_rule(job.view, gpu_gb, model_params, critic_params, reserved)
     ran = frozenset((run.colocated, run.actor_gpus, run.critic_gpus) for run in runs)
-    gen, gen_note = generation_lane(runs, job.config, memory, job.rollout_gpus, cluster.n_gpus_per_node)
+    gen, gen_note = generation_lane(runs, job.view, memory, job.rollout_gpus, cluster.n_gpus_per_node)
     if gen is not None:
         model = dataclasses.replace(model, lanes={**model.lanes, "gen": gen})  # type: ignore[dict-item]
     everything, rejected = rank(

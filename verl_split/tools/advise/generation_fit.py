@@ -20,8 +20,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from verl_split.placement.config_keys import select_key
-from verl_split.placement.hf_config import shape_from_config
+from verl_split.placement.job import Job
+from verl_split.placement.job_config import as_job
+from verl_split.placement.model import TRAIN_BATCH
 from verl_split.tools.advise.generation import FIT, GenerationLane, RolloutJob, fit_bandwidth, seconds
 from verl_split.tools.advise.pool_memory import MemoryRule
 from verl_split.tools.advise.runs import Run
@@ -31,41 +32,40 @@ KV_WIDTH_SHARE = 0.25
 
 
 def generation_lane(
-    runs: Sequence[Run], config: Any, memory: MemoryRule, rollout_tp: int, per_node: int
+    runs: Sequence[Run], config: Job | Any, memory: MemoryRule, rollout_tp: int, per_node: int
 ) -> tuple[GenerationLane | None, str]:
-    """The fitted lane, or None and why not (one sentence for the report)."""
+    """The fitted lane, or None and why not (one sentence for the report). ``config``: the job's view, or its
+    config (None: the log has none) to read it from."""
     if memory.gpu_gb is None:
         return None, "generation scales as serial + parallel / n: the KV-room model needs --gpu-memory"
     params = memory.actor_params
-    batch = select_key(config, "data.train_batch_size") if config else None
-    prompt = select_key(config, "data.max_prompt_length") if config else None
-    response = select_key(config, "data.max_response_length") if config else None
+    view = as_job({} if config is None else config)
+    batch, prompt, response = view.batch.get(TRAIN_BATCH), view.batch.max_prompt_length, view.batch.max_response_length
     if not params or not all(isinstance(v, int) and v > 0 for v in (batch, prompt, response)):
         return None, (
             "generation scales as serial + parallel / n: the KV-room model needs the actor's size and the job's "
             "data.train_batch_size, max_prompt_length and max_response_length (a log with verl's printed config)"
         )
-    n = select_key(config, "actor_rollout_ref.rollout.n", 1)
+    n = view.rollout.n
     printed = next((run.model_shape for run in runs if run.model_shape), None)
     if printed is not None:  # the shape the workers printed: the KV cache per token as it is
         layers, kv_width = printed["layers"], printed["kv_heads"] * printed["head_dim"]
         shape_source = "the model config the log prints"
     else:
-        layers = shape_from_config(select_key(config, "actor_rollout_ref.model.path")).layers
+        layers = view.actor.model.shape.layers
         # A typical depth for the size, when neither the log nor a config.json says: assumed.
         layers = layers or max(1, round((params / 1.2e7) ** (1 / 3) * 4))
         kv_width = KV_WIDTH_SHARE * math.sqrt(params / (12 * layers))  # params ~ 12 x layers x hidden^2
         shape_source = "the KV width a quarter of the hidden size assumed"
-    share = select_key(config, "actor_rollout_ref.rollout.gpu_memory_utilization")
     job = RolloutJob(
         params=params,
         kv_bytes_per_token=2 * layers * kv_width * 2,
         layers=layers,
-        sequences=batch * (n if isinstance(n, int) and n > 0 else 1),
+        sequences=batch * (n if n is not None and n > 0 else 1),
         prompt_len=prompt,
         response_len=response,
         gpu_gb=memory.gpu_gb,
-        vllm_share=float(share) if isinstance(share, int | float) else None,
+        vllm_share=view.rollout.gpu_memory_utilization,
         kv_len=next((run.mean_tokens for run in runs if run.mean_tokens), None),
     )
 
