@@ -14,7 +14,7 @@ from verl_split.tools.advise import late_join
 from verl_split.tools.advise.candidates import STOCK, Candidate, rank
 from verl_split.tools.advise.defer_or_share import Choice, choose
 from verl_split.tools.advise.deferral import DeferralCosts, deferral_costs
-from verl_split.tools.advise.generation_fit import generation_lane
+from verl_split.tools.advise.generation import generation_lane
 from verl_split.tools.advise.late_join import break_even_push
 from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
 from verl_split.tools.advise.pool_memory import MemoryRule, memory_rule
