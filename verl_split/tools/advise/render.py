@@ -9,12 +9,11 @@ import os
 import textwrap
 
 from verl_split.dryrun.report import PHASE_COLORS
-from verl_split.tools.advise import deferral, late_join
 from verl_split.tools.advise.advice import Advice
 from verl_split.tools.advise.candidates import STOCK
 from verl_split.tools.advise.model import FIT_LINEAR
 from verl_split.tools.advise.runs import LANE_MEANING, LANE_POOL, LANES
-from verl_split.tools.advise.shared import TAG
+from verl_split.tools.advise.variants import BOTH_TAG, DEFER_OVERLAP, DEFER_PHASE, DEFER_TAG, SHARED_TAG
 
 WIDTH = 100
 
@@ -109,15 +108,15 @@ def render_text(advice: Advice) -> str:
     if advice.deferral is not None:
         rows = any(c.deferred for c in (*advice.candidates, *advice.unranked))
         out += _wrap(
-            f"{deferral.TAG}: the same split with the critic's update deferred into the next step "
-            f"(VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}): the update phase is the actor's update"
+            f"{DEFER_TAG}: the same split with the critic's update deferred into the next step "
+            f"(VERL_SPLIT_OVERLAP={DEFER_OVERLAP}): the update phase is the actor's update"
             + ("" if rows else "; no such row: no split's critic update outlasts its actor update"),
             "  ",
             "    ",
         )
     if any(c.both for c in (*advice.candidates, *advice.unranked)):
         out += _wrap(
-            f"{late_join.TAG}: both switches on: the actor pool generates at once, the critic pool joins when the "
+            f"{BOTH_TAG}: both switches on: the actor pool generates at once, the critic pool joins when the "
             "critic's update and the push are done (see assumed: below)",
             "  ",
             "    ",
@@ -129,9 +128,7 @@ def render_text(advice: Advice) -> str:
     best = advice.recommended
     shared = " with split_placement.shared_rollout=true" if best.shared_rollout else ""
     shared += (
-        (" and" if best.shared_rollout else " with") + f" {deferral.PHASE} in VERL_SPLIT_OVERLAP"
-        if best.deferred
-        else ""
+        (" and" if best.shared_rollout else " with") + f" {DEFER_PHASE} in VERL_SPLIT_OVERLAP" if best.deferred else ""
     )
     out.append(f"recommended: split_placement.placement={best.placement}{shared}")
     out += textwrap.wrap(f"because {advice.reason}", width=WIDTH, initial_indent="  ", subsequent_indent="  ")
@@ -141,7 +138,7 @@ def render_text(advice: Advice) -> str:
         out.append("  use it: run without VERL_SPLIT (stock verl)")
     else:
         env = " VERL_SPLIT_SHARED_ROLLOUT=1" if best.shared_rollout else ""
-        env += f" VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}" if best.deferred else ""
+        env += f" VERL_SPLIT_OVERLAP={DEFER_OVERLAP}" if best.deferred else ""
         out += _wrap(
             f"use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='{best.placement}'{env} python -m verl.trainer.main_ppo ...",
             "  ",
@@ -173,7 +170,7 @@ def _shared_rows(advice: Advice) -> list[str]:
     if shared is None:
         return []
     out = textwrap.wrap(
-        f"{TAG}: the same split with rollout replicas on the critic pool too (VERL_SPLIT_SHARED_ROLLOUT=1), "
+        f"{SHARED_TAG}: the same split with rollout replicas on the critic pool too (VERL_SPLIT_SHARED_ROLLOUT=1), "
         "generation on every GPU; predicted only, not measured on GPUs by us (see assumed: below)",
         width=WIDTH,
         initial_indent="  ",
@@ -182,7 +179,7 @@ def _shared_rows(advice: Advice) -> list[str]:
     if advice.unranked:
         best = advice.recommended.name
         could = [c for c in advice.unranked if advice.break_even_push_s(c) > 0]
-        tags = f"{TAG} and {late_join.TAG}" if any(c.both for c in advice.unranked) else TAG
+        tags = f"{SHARED_TAG} and {BOTH_TAG}" if any(c.both for c in advice.unranked) else SHARED_TAG
         out += textwrap.wrap(
             f"{tags} not ranked: the weight push is {shared.push_source}. "
             + (f"Would beat {best} if the push took under:" if could else f"None would beat {best}, even free."),
@@ -306,10 +303,10 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
     from matplotlib.patches import Patch
 
     phases = (
-        ("gen", f"generation (actor pool; {TAG}: every GPU)"),
+        ("gen", f"generation (actor pool; {SHARED_TAG}: every GPU)"),
         ("prep", "old_log_prob + ref, values"),
         ("updates", "actor and critic updates"),
-        ("other", f"fixed: reward, advantages, weight sync, the rest ({TAG}: and the push, the offload)"),
+        ("other", f"fixed: reward, advantages, weight sync, the rest ({SHARED_TAG}: and the push, the offload)"),
     )
     candidates = advice.candidates
     fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 5.0))
