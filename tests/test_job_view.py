@@ -157,6 +157,9 @@ def test_a_view_read_for_one_family_is_not_taken_for_another():
 def test_an_unknown_family_reads_by_the_nearest_known_rules():
     job = job_from_config({}, "0.6")
     assert (job.family, job.asked_family, job.rules) == ("0.7", "0.6", "legacy")
+    # verl's main (0.10.0.dev) reads by the newest rules: as strings, "0.10" sorts below "0.9".
+    job = job_from_config({}, "0.10")
+    assert (job.family, job.asked_family, job.rules) == ("0.9", "0.10", "v1")
 
 
 # --------------------------------------------------------------------------- where verl's keys moved per family

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from packaging.version import Version
+
 from verl_split.core import compat
 from verl_split.placement.config_keys import select_key
 from verl_split.placement.hf_config import shape_from_config
@@ -58,7 +60,7 @@ def job_from_config(config: Any, family: str | None = None) -> Job:
     """The job of verl's trainer config; ``family``: whose rules apply ("0.7", "0.8", "0.9"), None the installed
     verl's (the newest without one). An interpolation that cannot be resolved is a ``PlacementError`` naming it."""
     asked = family or installed_family() or FAMILIES[-1]
-    known = asked if asked in FAMILIES else FAMILIES[-1] if asked > FAMILIES[-1] else FAMILIES[0]
+    known = _known_family(asked)
     trainer = Trainer(
         nnodes=select_key(config, "trainer.nnodes"),
         n_gpus_per_node=select_key(config, "trainer.n_gpus_per_node"),
@@ -88,6 +90,14 @@ def job_from_config(config: Any, family: str | None = None) -> Job:
         uses_reference=bool(select_key(config, "algorithm.use_kl_in_reward", False))
         or bool(select_key(config, "actor_rollout_ref.actor.use_kl_loss", False)),
     )
+
+
+def _known_family(family: str) -> str:
+    """The tested family whose rules apply to ``family``: itself, else the newest for a newer verl (0.10 reads as
+    0.9, compared as versions: as strings "0.10" sorts below "0.9"), else the oldest."""
+    if family in FAMILIES:
+        return family
+    return FAMILIES[-1] if Version(family) > Version(FAMILIES[-1]) else FAMILIES[0]
 
 
 def as_job(config: Any, family: str | None = None) -> Job:
