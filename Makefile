@@ -46,7 +46,7 @@ lint: $(BIN)/verl-split
 OLDEST_FAMILY ?= 0.7
 OLDEST_TESTS := tests/plugin/test_activation.py tests/plugin/test_activation_startup.py tests/plugin/test_activation_ray.py tests/plugin/test_off_policy.py \
 	tests/plugin/test_preflight.py tests/plugin/test_preflight_runs.py \
-	tests/runtime/placement/test_placement_seams.py tests/runtime/cpu/test_cpu_seams.py tests/runtime/overlap/test_megatron_legacy.py \
+	tests/runtime/placement/test_placement_seams.py tests/runtime/cpu/test_cpu_seams.py tests/runtime/overlap/test_megatron_legacy.py tests/core/test_citations.py \
 	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py \
 	tests/e2e/test_checkpoint_e2e.py
 # Not tests/e2e/test_interrupt_e2e.py: Ctrl-C and the run's process tree are Ray's and verl-split's, the same on

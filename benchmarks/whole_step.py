@@ -13,8 +13,10 @@ for ``RayPPOTrainer``) in these configurations (``--configs`` picks some):
   (``defer_critic``), joined at the next values;
 - ``split + all + shared``: ``on`` with ``VERL_SPLIT_SHARED_ROLLOUT=1``, a rollout replica on the critic's
   logical GPU too, which joins each step's generation once the deferred critic update is done;
-- ``split + updates + prep + shared``: shared rollout without the deferral (v1 trainer only, as the one
-  above: ``--trainer v0`` leaves both out).
+- ``split + updates + prep + shared``: shared rollout without the deferral.
+
+Every configuration runs on both trainers: verl 0.9's v1 trainer (the default) and ``RayPPOTrainer``
+(``--trainer v0``, ``trainer.use_v1=false``; shared rollout there since issue 35).
 
 The first line printed (and the ``headline`` JSON row) is the best split configuration's whole-step speed-up
 against stock with its pools' busy shares, beside the limit it is measured against: on 2 cores (one per
@@ -544,8 +546,7 @@ def main() -> int:
     work, found = calibrate(
         assets, work, work_dir / "calibration", args.update_ratio, args.prep_ratio, args.calibration_runs
     )
-    # Shared rollout runs on verl 0.9's v1 trainer only (verl-split refuses it on RayPPOTrainer).
-    configs = [c for c in CONFIGS if c[0] in wanted and (args.trainer == "v1" or c[0] not in SHARED_ROLLOUT)]
+    configs = [c for c in CONFIGS if c[0] in wanted]
     iterations = ceiling.iterations_for(args.ceiling_seconds) if args.repeats else 0
     reps = []
     for i in range(args.repeats):

@@ -10,7 +10,8 @@ It runs ``python -m verl.trainer.main_ppo`` on the demo's data and the tiny mode
 vLLM rollout on a real 2-GPU Ray cluster, from the CPU dry run's overrides with the CPU-only ones
 replaced (``gpu_overrides``: vLLM instead of the CPU rollout, flash-attention and bf16 mixed precision
 instead of sdpa in fp32, CUDA, Ray's real GPUs). ``tests/project/test_gpu_smoke_config.py`` composes these
-overrides with verl's config and checks them against verl's, vLLM's and flash-attn's rules. The runs:
+overrides with verl's config and runs verl's own config checks on them; ``tests/project/test_gpu_smoke_sources.py``
+checks the network and dtypes against vLLM's and flash-attn's rules, read from their released sources. The runs:
 
 1. stock verl: one pool, every role on both GPUs;
 2. split placement, overlaps off (``VERL_SPLIT_OVERLAP=off``);
@@ -49,7 +50,8 @@ GPUS = 2
 
 
 #: The CPU dry run's overrides a GPU run leaves out, for verl's GPU defaults: ``flash_attention_2``
-#: (verl/workers/config/model.py:185; the critic loads it whatever the config says, verl/utils/model.py:649),
+#: (verl/workers/config/model.py, HFModelConfig.__post_init__; the critic loads it whatever the config says,
+#: verl/utils/model.py, load_valuehead_model),
 #: Ray's own count of the node's GPUs and CPUs, the device (set below).
 CPU_ONLY = (
     "trainer.device=",
@@ -63,13 +65,14 @@ REPLACED = {
     "actor_rollout_ref.rollout.name=": "vllm",
     "actor_rollout_ref.rollout.dtype=": "bfloat16",
     # verl's default (model/hf_model.yaml): padding removed, which its flash-attention patch handles
-    # (verl/models/transformers/monkey_patch.py:544-552); the CPU run keeps padding for sdpa.
+    # (verl/models/transformers/monkey_patch.py, apply_monkey_patch); the CPU run keeps padding for sdpa.
     "actor_rollout_ref.model.use_remove_padding=": "true",
     "critic.model.use_remove_padding=": "true",
 }
-#: FSDP mixed precision on GPUs, verl's default (verl/workers/engine/fsdp/transformer_impl.py:391-398):
-#: bf16 compute under autocast. fp32 (the CPU run's) skips autocast (:1559-1565), and flash-attn takes
-#: fp16/bf16 only (csrc/flash_attn/flash_api.cpp:373-374 in 2.8.3).
+#: FSDP mixed precision on GPUs, verl's default (verl/workers/engine/fsdp/transformer_impl.py,
+#: FSDPEngine._build_fsdp_module): bf16 compute under autocast. fp32 (the CPU run's) skips autocast
+#: (FSDPEngineWithLMHead.forward_step), and flash-attn takes fp16/bf16 only (csrc/flash_attn/flash_api.cpp,
+#: mha_fwd and mha_bwd in 2.8.3; tests/project/test_gpu_smoke_sources.py reads their checks).
 MIXED_PRECISION = {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 

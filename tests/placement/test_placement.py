@@ -131,12 +131,12 @@ def test_explicit_ranges_within_one_node():
     ],
 )
 def test_a_pool_with_different_counts_on_its_nodes_is_refused(placement, verdict):
-    # verl's RayWorkerGroup uses the first node's count for every node (base.py:564 in 0.9.1).
+    # verl's RayWorkerGroup uses the first node's count for every node (citations pool_first_node_count).
     with pytest.raises(PlacementError) as exc:
         plan_placement(placement, Cluster(2, 8), PPO)
     message = str(exc.value)
     assert "actor_rollout_ref_pool would have " in message and verdict in message, message
-    assert "_init_with_resource_pool, verl/single_controller/ray/base.py:564" in message
+    assert "(RayWorkerGroup._init_with_resource_pool in verl/single_controller/ray/base.py)" in message
     assert "same number of GPUs on every node it uses, e.g. " in message
 
 

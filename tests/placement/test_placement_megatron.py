@@ -73,6 +73,8 @@ EP = "expert_model_parallel_size"
 ETP = "expert_tensor_parallel_size"
 VPP = "virtual_pipeline_model_parallel_size"
 DCP = "dynamic_context_parallel"
+#: verl's Megatron engine, where its refusals are cited (``core.citations``).
+IMPL = "verl/workers/engine/megatron/transformer_impl.py"
 
 
 # --------------------------------------------------------------------------- the plan shows each mesh
@@ -106,8 +108,8 @@ def test_a_pool_not_a_multiple_of_etp_x_ep_x_pp_is_refused_with_what_fits():
     message = refused(config(placement="all", actor=actor, critic=actor))
     assert "actor on global_pool (8 GPUs) is not a multiple of" in message
     assert "expert_tensor_parallel_size=null (TP: 4) x actor_rollout_ref.actor.megatron.expert_model" in message
-    assert "megatron/core/parallel_state.py:786-795 in megatron-core 0.16.1" in message
-    assert "transformer_impl.py:271-281 in 0.9.1" in message
+    assert "raises RuntimeError on it (initialize_model_parallel in megatron/core/parallel_state.py, called" in message
+    assert f"by verl's MegatronEngine._init_device_mesh in {IMPL}) when the pool's workers start" in message
     assert "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=2" in message
     assert "actor_rollout_ref.actor.megatron.expert_model_parallel_size=1" in message
     fixed = {**actor, ETP: 2}
@@ -130,13 +132,17 @@ def test_routed_experts_must_split_over_ep(tmp_path):
     path = model(tmp_path, MOE)  # 6 experts
     message = refused(config(placement="all", actor={EP: 4}, critic=False, path=path))
     assert "its model's 6 routed experts do not split over actor_rollout_ref.actor.megatron" in message
-    assert "moe_layer.py:101" in message and "expert_model_parallel_size=2" in message
+    assert (
+        "BaseMoELayer.__init__ in megatron/core/transformer/moe/moe_layer.py asserts it" in message
+        and "expert_model_parallel_size=2" in message
+    )
     assert plan(config(placement="all", actor={EP: 2}, critic=False, path=path))
 
 
 def test_a_dense_model_takes_no_expert_parallelism(tmp_path):
     message = refused(config(placement="all", actor={EP: 2}, critic=False, path=model(tmp_path, DENSE)))
-    assert "has no routed experts" in message and "transformer_config.py:1048-1049" in message
+    assert "has no routed experts" in message
+    assert "(TransformerConfig.__post_init__ in megatron/core/transformer/transformer_config.py raises" in message
     # A config that names experts under a key the planner does not know is a MoE of unknown count, not dense.
     odd = model(tmp_path, {**DENSE, "num_experts_per_tok": 2, "moe_layer_freq": 1}, "odd")
     assert plan(config(placement="all", actor={EP: 2}, critic=False, path=odd))
@@ -149,7 +155,10 @@ def test_a_dense_model_takes_no_expert_parallelism(tmp_path):
 def test_any_virtual_pipeline_size_needs_pipeline_parallelism(vpp):
     message = refused(config(actor={VPP: vpp}, critic=False))
     assert f"virtual_pipeline_model_parallel_size={vpp} with actor_rollout_ref.actor.megatron.pipeline" in message
-    assert "parallel_state.py:745-749" in message and "virtual_pipeline_model_parallel_size=null" in message
+    assert (
+        "(initialize_model_parallel in megatron/core/parallel_state.py, called by verl's" in message
+        and "virtual_pipeline_model_parallel_size=null" in message
+    )
 
 
 def test_a_virtual_pipeline_size_of_one_with_pipeline_parallelism_is_refused():
@@ -165,11 +174,17 @@ def test_layers_split_over_pipeline_and_virtual_stages(tmp_path):
     path = model(tmp_path, DENSE)  # 36 layers
     message = refused(config(placement="all", actor={PP: 8}, critic={PP: 8}, path=path))
     assert "36 layers do not split over actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8" in message
-    assert "transformer_block.py:155-157" in message and "pipeline_model_parallel_size=6 or 9" in message
+    assert (
+        "get_num_layers_to_build in megatron/core/transformer/transformer_block.py" in message
+        and "pipeline_model_parallel_size=6 or 9" in message
+    )
     mesh = {PP: 2, VPP: 4}
     message = refused(config(placement="all", actor=mesh, critic=mesh, path=path))
     assert "give each of 2 pipeline stages 18, which do not split into" in message
-    assert "transformer_block.py:174-177" in message and "virtual_pipeline_model_parallel_size=3 or 6" in message
+    assert (
+        "get_num_layers_to_build in megatron/core/transformer/transformer_block.py" in message
+        and "virtual_pipeline_model_parallel_size=3 or 6" in message
+    )
     mesh = {PP: 2, VPP: 3}
     assert plan(config(placement="all", actor=mesh, critic=mesh, path=path))
 
@@ -190,7 +205,7 @@ def test_a_vpp_rank_needs_whole_groups_of_micro_batches():
     message = refused(cfg)
     assert "its update gives each of its 2 ranks 128 rows, 1 micro-batch of" in message
     assert "not a multiple of 2: with VPP > 1" in message
-    assert "transformer_impl.py:873-877,914-917 (forward_backward_batch)" in message
+    assert "at MegatronEngine.forward_backward_batch in verl/workers/engine/megatron/transformer_impl.py." in message
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64" in message
 
 
@@ -205,7 +220,7 @@ def test_with_dynamic_batch_sizes_a_vpp_rank_needs_a_row_per_micro_batch():
     )
     message = refused(cfg)
     assert "its update gives each of its 2 ranks 1 rows with dynamic batch sizes" in message
-    assert "seqlen_balancing.py:239" in message
+    assert "get_seqlen_balanced_partitions in verl/utils/seqlen_balancing.py, after rearrange_micro_batches" in message
 
 
 # --------------------------------------------------------------------------- one mesh per process
@@ -216,7 +231,8 @@ def test_roles_sharing_a_process_need_one_mesh():
     # Named in the order verl builds their engines: the critic's first, whose mesh the process then keeps.
     assert "critic, actor share the processes of global_pool" in message
     assert "verl's first engine there (critic's) sets it" in message
-    assert "verl/single_controller/ray/base.py:1004-1016" in message and "transformer_impl.py:244" in message
+    assert "one worker process, create_colocated_worker_cls in verl/single_controller/ray/base.py, and" in message
+    assert f"(MegatronEngine._init_device_mesh in {IMPL} returns when mpu.is_initialized())" in message
     assert "critic has TP=4 x PP=1 x CP=1; actor has TP=2 x PP=2 x CP=1" in message
     assert "critic.megatron.tensor_model_parallel_size=2, critic.megatron.pipeline_model_parallel_size=2" in message
     # Split placement is what lets them differ.
@@ -258,8 +274,10 @@ def test_dynamic_cp_reports_one_data_parallel_rank(family):
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
-        ({"max_seqlen_per_dp_cp_rank": None}, "verl/workers/config/engine.py:226-233 in 0.9.1"),
-        ({VPP: 2, PP: 2}, "transformer_impl.py:123-124"),
+        ({"max_seqlen_per_dp_cp_rank": None}, "(McoreEngineConfig.__post_init__ in verl/workers/config/engine.py"),
+        ({"max_seqlen_per_dp_cp_rank": 0}, "verl needs a positive whole number of tokens there"),
+        ({VPP: 2, PP: 2}, f"(_check_dcp_unsupported_features in {IMPL} raises NotImplementedError"),
+        ({TP: 4}, f"(_validate_dcp_world_size in {IMPL} raises ValueError"),
         ({TP: 4}, "DP x CP = 4 / (TP=4 x PP=1) = 1, and verl needs an even number of at least 2"),
     ],
 )
@@ -273,13 +291,23 @@ def test_dynamic_cp_needs_packed_sequences_and_a_language_model():
     cfg = config(actor=actor, critic=False, actor_rollout_ref__model__use_remove_padding=False)
     assert "actor_rollout_ref.model.use_remove_padding=true" in refused(cfg)
     message = refused(config(actor={TP: 1}, critic=actor))
-    assert "the critic is a value model" in message and "transformer_impl.py:119-120" in message
+    assert "the critic is a value model" in message and "_check_dcp_unsupported_features in" in message
 
 
 def test_dynamic_cp_on_08_needs_only_its_sequence_budget():
     actor = {DCP: True, TP: 4}  # 0.8 has neither the even-DPxCP rule nor the value-model one
-    assert "transformer_impl.py:149-151 in 0.8.0" in refused(config(actor=actor, critic=False), "0.8")
+    message = refused(config(actor=actor, critic=False), "0.8")
+    assert f"verl needs it set (MegatronEngine._init_device_mesh in {IMPL} asserts it is not None)" in message
     assert plan(config(actor={**actor, "max_seqlen_per_dp_cp_rank": 4096}, critic=False), "0.8")
+
+
+def test_dynamic_cp_on_08_refuses_a_budget_it_cannot_divide_by():
+    """0.8.0 asserts only that it is set, then divides by it in the first step (not a positive-integer rule)."""
+    actor = {DCP: True, TP: 4, "max_seqlen_per_dp_cp_rank": 0}
+    message = refused(config(actor=actor, critic=False), "0.8")
+    assert "verl 0.8 checks only that it is set, then divides each batch's longest sequence by it" in message
+    assert "(dynamic_cp_split_batch in verl/utils/megatron_utils.py)" in message
+    assert "positive whole number" not in message
 
 
 def test_a_later_engine_with_dynamic_cp_on_a_process_without_it_is_refused():
@@ -288,7 +316,7 @@ def test_a_later_engine_with_dynamic_cp_on_a_process_without_it_is_refused():
     actor = {**mesh, DCP: True, "max_seqlen_per_dp_cp_rank": 4096}
     message = refused(config(placement="all", actor=actor, critic=mesh))
     assert "actor sets dynamic_context_parallel=true and shares the processes of global_pool with the critic" in message
-    assert "transformer_impl.py:244-257 in 0.9.1" in message
+    assert f"raises RuntimeError (MegatronEngine._init_device_mesh in {IMPL}) when its workers start" in message
     assert "Set actor_rollout_ref.actor.megatron.dynamic_context_parallel=false, or give the critic a pool" in message
 
 
@@ -309,7 +337,7 @@ def test_the_model_size_refusal_names_megatron_core():
     assert "not divisible by actor_rollout_ref.actor.megatron.tensor_model_parallel_size x pipeline x context=4" in (
         message
     )
-    assert "megatron/core/parallel_state.py:738-741 in megatron-core 0.16.1" in message
+    assert "megatron-core's initialize_model_parallel in megatron/core/parallel_state.py refuses it" in message
 
 
 def test_the_launching_process_refuses_before_ray():
@@ -317,7 +345,9 @@ def test_the_launching_process_refuses_before_ray():
     from verl_split.runtime.placement.hooks import check_config
 
     actor = {TP: 4, PP: 2, EP: 2}
-    with pytest.raises(ActivationFailed, match=r"parallel_state.py:786-795"):
+    with pytest.raises(
+        ActivationFailed, match=r"initialize_model_parallel in megatron/core/parallel_state.py, called by"
+    ):
         check_config(config(placement="all", actor=actor, critic=actor))
 
 
@@ -339,4 +369,4 @@ def test_verl_split_plan_refuses_it_too(capsys):
     assert cli.main(["plan", *overrides]) == 2
     err = capsys.readouterr().err
     assert err.startswith("verl-split plan: split_placement.placement='all': actor on global_pool (8 GPUs)")
-    assert "parallel_state.py:786-795" in err and "Traceback" not in err
+    assert "initialize_model_parallel in megatron/core/parallel_state.py" in err and "Traceback" not in err

@@ -89,7 +89,7 @@ def test_the_moe_recipe_plans_where_megatron_core_would_run_it(models, nnodes, r
         plan(config)
     message = str(exc.value)
     assert "actor on global_pool (8 GPUs) is not a multiple of" in message and "= 16" in message
-    assert "megatron/core/parallel_state.py:786-795" in message
+    assert "(initialize_model_parallel in megatron/core/parallel_state.py, called by verl's" in message
     assert "expert_tensor_parallel_size=2" in message and "expert_model_parallel_size=1" in message
     # The fix it names plans: ETP=2 makes the experts' replica 2 x 2 x 2 = 8 GPUs.
     fixed = "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=2"

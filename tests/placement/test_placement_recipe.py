@@ -121,7 +121,7 @@ def test_the_recipes_6_2_through_verl_split_plan(tmp_path, monkeypatch, capsys):
     assert "actor (actor_rollout_ref_pool, 6 GPUs, data-parallel size 6)" in err
     assert "ppo_mini_batch_size=256 x actor_rollout_ref.rollout.n=1 = 256 samples" in err
     assert "(256 % 6 = 4); verl asserts it in the first step, after a whole generation, at " in err
-    assert "verl/workers/engine_workers.py:267 (TrainingWorker.train_mini_batch)" in err
+    assert "at TrainingWorker.train_mini_batch in verl/workers/engine_workers.py." in err
     assert "Fits on these pools: actor_rollout_ref.actor.ppo_mini_batch_size=240 or 288." in err
     assert "Or a layout whose pools fit this batch: 4:4." in err
     # The fix the header advertises plans, through the same command.
@@ -147,4 +147,4 @@ def test_legacy_workers_assert_when_they_start():
         "whole micro-batches of critic.ppo_micro_batch_size_per_gpu=7; verl asserts it when its workers start"
         in message
     )
-    assert "verl/workers/fsdp_workers.py:1338-1358 (CriticWorker.__init__)" in message
+    assert "CriticWorker.__init__ in verl/workers/fsdp_workers.py" in message

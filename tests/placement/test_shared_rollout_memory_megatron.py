@@ -118,7 +118,7 @@ def test_the_actor_pool_gpus_hold_the_push_beside_the_actor(tmp_path):
         plan_from_config(shared_run(tmp_path), "", gpu_gb=24)
     message = str(exc.value)
     assert "shared rollout's weight push does not fit an actor-pool GPU" in message
-    assert "verl/checkpoint_engine/nccl_checkpoint_engine.py:165-173 in 0.9.1" in message
+    assert "(NCCLCheckpointEngine.prepare in verl/checkpoint_engine/nccl_checkpoint_engine.py)" in message
     assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true" in message
 
 

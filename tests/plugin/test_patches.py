@@ -17,22 +17,19 @@ claim. About 2 minutes on 2 cores.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
-import tarfile
 import textwrap
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
+from support import pypi_sdists
 from support.paths import ROOT, TESTS
+from support.pypi_sdists import unpack
 from support.pyrun import COUNT_ACTIVATIONS, clean_env
 
 import verl_split
@@ -42,7 +39,6 @@ pytestmark = pytest.mark.network  # downloads each release's sdist from the pack
 
 SUPPORT = TESTS / "support"
 PATCHES = ROOT / "patches"
-PYPI_JSON = "https://pypi.org/pypi/verl/json"
 RELEASES = ("0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1")
 #: The patches each release needs: 0.9 loads entry points already.
 EXPECTED = {
@@ -110,32 +106,7 @@ def patch_files(release: str) -> list[Path]:
 def sdists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each release's sdist from PyPI (URL and sha256 from the index's JSON), once per test run."""
     folder = tmp_path_factory.mktemp("verl_sdists")
-    try:
-        with urllib.request.urlopen(PYPI_JSON, timeout=60) as response:
-            index = json.load(response)
-        found = {}
-        for release in RELEASES:
-            (entry,) = [f for f in index["releases"][release] if f["packagetype"] == "sdist"]
-            # A mirror may give the file's URL relative to the JSON's.
-            with urllib.request.urlopen(urllib.parse.urljoin(PYPI_JSON, entry["url"]), timeout=120) as response:
-                data = response.read()
-            assert hashlib.sha256(data).hexdigest() == entry["digests"]["sha256"], f"{entry['filename']}: bad sha256"
-            found[release] = folder / entry["filename"]
-            found[release].write_bytes(data)
-    except (urllib.error.URLError, TimeoutError) as exc:
-        pytest.skip(f"PyPI is not reachable ({exc}): these tests patch verl's sdists from it")
-    return found
-
-
-def unpack(sdist: Path, into: Path) -> Path:
-    into.mkdir(parents=True)
-    with tarfile.open(sdist) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(into, filter="data")  # also: files owned by us, not by the sdist's uid
-        else:  # Python < 3.10.12
-            tar.extractall(into)
-    (root,) = into.iterdir()
-    return root
+    return pypi_sdists.download("verl", RELEASES, folder, why="these tests patch verl's sdists from it")
 
 
 def git_apply(tree: Path, patch: Path, *flags: str) -> subprocess.CompletedProcess:

@@ -5,6 +5,8 @@
 * Every path of this repository a doc names in backticks (``verl_split/...``, ``tests/...``, ``benchmarks/...``,
   ...) exists, and every dotted ``verl_split.`` name is a module, or a module's top-level name: the code moves,
   the docs follow.
+* Every module docs/development.md's folder tables name is in its row's folder; each runtime feature's row names
+  all of its folder's modules, and docs/advise.md's table all of advise's.
 * The README is at most 300 lines, shows both commands first, and its index links every page of docs/.
 
 What the docs say about variables, config keys and `verl-split plan`: test_examples.py.
@@ -138,6 +140,92 @@ def _modules() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("doc", "name"), _modules())
 def test_named_modules_exist(doc, name):
     assert resolves(name), f"{doc} names `{name}`, which is no module of verl_split nor a name in one (moved?)"
+
+
+#: docs/development.md's folder tables: (the header's first cell, the folder a row's first cell is under).
+FOLDER_TABLES = {"folder": ROOT / "verl_split", "`runtime/`": ROOT / "verl_split" / "runtime"}
+#: A doc that lists every module of a folder, each as a path.
+MODULE_LISTS = {"docs/advise.md": ROOT / "verl_split" / "tools" / "advise"}
+
+
+def _outside_parentheses(text: str) -> str:
+    """The text without what its parentheses hold (a module's description may name other things in backticks)."""
+    kept, depth = [], 0
+    for char in text:
+        depth += char == "("
+        if not depth:
+            kept.append(char)
+        depth -= char == ")" and depth > 0
+    return "".join(kept)
+
+
+def folder_rows(text: str) -> list[tuple[str, Path, list[str]]]:
+    """(a row's folder as written, its directory, the names its modules column gives) of each folder table."""
+    rows, under, column = [], None, 0
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if not cells:
+            under = None
+        elif cells[0] in FOLDER_TABLES and "modules" in cells:
+            under, column = FOLDER_TABLES[cells[0]], cells.index("modules")
+        elif under is not None and cells[0].startswith("`") and len(cells) > column:
+            folder = cells[0].strip("`")
+            if "<" in folder:  # `runtime/<feature>/`: a pattern, the next table has its rows
+                continue
+            directory = ROOT / folder if folder in ("verl_split/", "tests/") else under / folder
+            rows.append((folder, directory, re.findall(r"`([^`]+)`", _outside_parentheses(cells[column]))))
+    return rows
+
+
+def is_module_of(directory: Path, name: str) -> bool:
+    """``name`` (``seams``, ``batch*``, ``advise/``) is a module, modules or a package in ``directory``."""
+    if name.endswith("/"):
+        return (directory / name).is_dir()
+    if name.endswith("*"):
+        return any(directory.glob(f"{name}.py"))
+    return (directory / f"{name}.py").exists() or (directory / name / "__init__.py").exists()
+
+
+def _table_modules() -> list[tuple[str, str]]:
+    rows = folder_rows((ROOT / "docs" / "development.md").read_text())
+    return [(directory.relative_to(ROOT).as_posix(), name) for _, directory, names in rows for name in names]
+
+
+@pytest.mark.parametrize(("folder", "name"), _table_modules())
+def test_the_folder_tables_name_modules_that_exist(folder, name):
+    assert is_module_of(ROOT / folder, name), f"docs/development.md: `{name}` is no module of {folder}/ (moved?)"
+
+
+def test_each_runtime_features_row_names_all_its_modules():
+    runtime = ROOT / "verl_split" / "runtime"
+    rows = [row for row in folder_rows((ROOT / "docs" / "development.md").read_text()) if row[1].parent == runtime]
+    assert {directory.name for _, directory, _ in rows} == {p.parent.name for p in runtime.glob("*/seams.py")}
+    missing = {
+        folder: [p.stem for p in sorted(directory.glob("*.py")) if p.stem != "__init__" and p.stem not in names]
+        for folder, directory, names in rows
+    }
+    assert not any(missing.values()), f"docs/development.md's runtime table leaves out {missing}"
+
+
+@pytest.mark.parametrize("doc", sorted(MODULE_LISTS))
+def test_a_modules_table_names_each_module_of_its_folder(doc):
+    folder, text = MODULE_LISTS[doc], (ROOT / doc).read_text()
+    named = {p for p in sorted(folder.glob("*.py")) if f"`{p.relative_to(ROOT).as_posix()}`" in text}
+    missing = [p.name for p in sorted(folder.glob("*.py")) if p.stem != "__init__" and p not in named]
+    assert not missing, f"{doc} names no `{folder.relative_to(ROOT)}/` module {missing}: add a row for each"
+
+
+def test_the_table_checks_find_a_moved_module_and_one_left_out():
+    text = (
+        "| `runtime/` | what it does | modules |\n| --- | --- | --- |\n"
+        "| `overlap/` | x | `deferral` (the `fit` seam), `gone` |\n"
+    )
+    rows = folder_rows(text)
+    assert [(folder, names) for folder, _, names in rows] == [("overlap/", ["deferral", "gone"])]
+    directory = rows[0][1]
+    assert is_module_of(directory, "deferral") and not is_module_of(directory, "gone")
+    assert is_module_of(ROOT / "verl_split" / "placement", "batch*")
+    assert is_module_of(ROOT / "verl_split" / "tools", "advise/")
 
 
 def test_the_readme_is_short_and_shows_both_commands_first():

@@ -1,5 +1,5 @@
-"""The package's shape, held by tests: no import circle, no module over 300 lines, every test file in a tier and
-in the folder of ``tests/`` that mirrors the package folder it tests.
+"""The package's shape, held by tests: no import circle, no module over the length alarm, every test file in a tier
+and in the folder of ``tests/`` that mirrors the package folder it tests.
 
 The layout itself (what each folder holds, who imports whom) is in docs/development.md. Read from the
 source with ``ast``: nothing is imported.
@@ -18,7 +18,9 @@ pytestmark = pytest.mark.unit
 PACKAGE = ROOT / "verl_split"
 #: The tiers a test file belongs to, one each (pyproject.toml's markers say what each means).
 TIERS = ("unit", "subprocess", "e2e", "network")
-MAX_LINES = 300
+#: A smell alarm, not a rule for where to cut: a module is cut where its code has a seam of its own (one job,
+#: named by the file), and a module past this many lines is one to read again for a second job inside it.
+MAX_LINES = 450
 
 
 def module_name(path: Path) -> str:
@@ -138,9 +140,12 @@ def long_modules(package: Path) -> dict[str, int]:
     return {str(p.relative_to(package)): n for p, n in lengths.items() if n > MAX_LINES}
 
 
-def test_no_module_over_300_lines():
+def test_no_module_past_the_length_alarm():
     long = long_modules(PACKAGE)
-    assert long == {}, f"split these by job (one job per module): {long}"
+    assert long == {}, (
+        f"over {MAX_LINES} lines: {long}. Read each for a second job and cut it out where the code has a seam "
+        "of its own; the count only says where to look, cohesion says where to cut (docs/development.md)"
+    )
 
 
 def test_the_length_check_finds_a_long_module(tmp_path):

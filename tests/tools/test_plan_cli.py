@@ -134,7 +134,7 @@ def test_a_pool_with_different_counts_per_node_is_refused_with_the_reason():
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "actor_rollout_ref_pool would have 6 GPUs on node 0 and 2 on node 1" in proc.stderr
-    assert "RayWorkerGroup._init_with_resource_pool, verl/single_controller/ray/base.py:564" in proc.stderr
+    assert "(RayWorkerGroup._init_with_resource_pool in verl/single_controller/ray/base.py)" in proc.stderr
     # The nearest ratio that plans with this job's batch (verl's defaults: 1024 prompts, mini-batch 256).
     assert proc.stderr.rstrip().endswith("Give the pool the same number of GPUs on every node it uses, e.g. 4:4.")
 
@@ -150,7 +150,7 @@ def test_the_batch_is_checked_with_another_familys_rules():
     proc = plan("--verl", "0.8", *base, *fits_v1)
     assert proc.returncode == 2 and "(verl 0.8, RayPPOTrainer, engine workers)" in proc.stderr
     assert "1024 rows do not split over its 6 data-parallel ranks" in proc.stderr
-    assert "verl/trainer/ppo/ray_trainer.py:1201 (_balance_batch, equal_size=True)" in proc.stderr
+    assert "RayPPOTrainer._balance_batch in verl/trainer/ppo/ray_trainer.py (equal_size=True)" in proc.stderr
 
 
 def test_verl_config_grpo_checks_rollout_tp_and_critic():

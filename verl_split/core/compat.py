@@ -36,12 +36,12 @@ ENTRY_POINTS = SpecifierSet(">=0.9.0.dev0")
 MAIN_PPO_V0 = SpecifierSet(">=0.9.0.dev0")
 PLATFORM_REGISTRY = SpecifierSet(">=0.9.0.dev0")
 #: The v1 ``PPOTrainer`` as verl's trainer: the 0.9 releases (and newer). Not the 0.9.0.dev0 of verl's ``neo``
-#: branch, which keeps its module but refuses it (``main_ppo.py:107-111``; RayPPOTrainer is its default).
+#: branch, which keeps its module but refuses it (``main_ppo.py``'s ``main``; RayPPOTrainer is its default).
 V1_TRAINER = SpecifierSet(">=0.9")
 #: Before 0.9: ``RayPPOTrainer`` is the only trainer, no platform registry (CPU device module instead).
 BEFORE_V1 = SpecifierSet("<0.9.0.dev0")
 #: verl's un/padding helpers without pure-torch fallbacks (flash-attention or NPU only): before the 0.9 releases,
-#: neo's 0.9.0.dev0 included (its ``verl/utils/attention_utils.py:20-35``; 0.9.1's falls back to torch). Written
+#: neo's 0.9.0.dev0 included (its ``verl/utils/attention_utils.py``; 0.9.1's falls back to torch). Written
 #: ``<0.9.0a0``: PEP 440's ``<0.9`` leaves out 0.9's own pre-releases, 0.9.0.dev0 among them.
 NO_ATTENTION_FALLBACK = SpecifierSet("<0.9.0a0")
 #: verl 0.8+: ``RayPPOTrainer``'s updates go through the engine workers' ``train_mini_batch``.
@@ -52,7 +52,7 @@ LEGACY_WORKERS = SpecifierSet("<0.8")
 #: (``workers/rollout/llm_server.py`` ``GlobalRequestLoadBalancer``, moved to ``router.py`` in 0.9.1, with
 #: ``add_servers``), ``RolloutReplica.init_colocated`` and the checkpoint engine's ``CheckpointEngineManager``
 #: with its ``custom_backend_module``. 0.7.1 has none of these (its balancer, ``experimental/agent_loop/
-#: agent_loop.py:58``, has no ``add_servers``; no checkpoint engine). Per trainer:
+#: agent_loop.py`` ``GlobalRequestLoadBalancer``, has no ``add_servers``; no checkpoint engine). Per trainer:
 #: the v1 trainer (0.9) and ``RayPPOTrainer`` (0.8, and 0.9's ``trainer.use_v1=false``).
 SHARED_ROLLOUT_V1 = SpecifierSet(">=0.9")
 SHARED_ROLLOUT_V0 = SpecifierSet(">=0.8")
@@ -61,8 +61,9 @@ SHARED_ROLLOUT = SpecifierSet(">=0.8")
 #: verl 0.7.1 gathered the reward settings under ``reward`` (``reward.custom_reward_function``,
 #: ``reward.num_workers``); 0.7.0 keeps ``custom_reward_function`` at the top and ``reward_model.num_workers``.
 REWARD_SECTION = SpecifierSet(">=0.7.1")
-#: verl 0.7.0's file logger writes with ``json.dumps`` (``tracking.py:250``), which fails on the tensors and numpy
-#: scalars verl 0.7.0's own trainer logs (``ray_trainer.py:1139``); 0.7.1 writes numpy with orjson and logs lists.
+#: verl 0.7.0's file logger writes with ``json.dumps`` (``FileLogger.log`` in ``tracking.py``), which fails on the
+#: tensors and numpy scalars verl 0.7.0's own trainer logs (``RayPPOTrainer._balance_batch``'s
+#: ``log_seqlen_unbalance`` stats); 0.7.1 writes numpy with orjson and logs lists.
 PLAIN_JSON_FILE_LOGGER = SpecifierSet("<0.7.1")
 ANY = SpecifierSet("")
 
@@ -88,7 +89,7 @@ def replica_name_suffix(replica: object) -> str:
 
 
 def replica_max_concurrency(replica: object, default: int) -> int:
-    """A ``RolloutReplica``'s server ``max_concurrency`` (0.7.1+, ``replica.py:240``; 0.7.0 has none)."""
+    """A ``RolloutReplica``'s server ``max_concurrency`` (its property since 0.7.1; 0.7.0 has none)."""
     return getattr(replica, "max_concurrency", default)
 
 

@@ -8,10 +8,10 @@ with its head: built from the LM path instead, verl would draw the head at rando
 every run, and two runs of the same job could not be compared number for number.
 
 Two shapes of the same network: ``cpu`` (head size 16, what the dry run, the tests and the benchmarks
-use; never to change) and ``gpu`` (head size 64, for ``scripts/gpu_smoke.py``). Head size 64 is in every
-list vLLM 0.24.0's CUDA attention backends check (FlashInfer's is 64/128/256/512,
-``vllm/v1/attention/backends/flashinfer.py:421-423``) and a size flash-attn 2.8.3 compiles a kernel
-for; ``tests/project/test_gpu_smoke_config.py`` holds the rules with their sources.
+use; never to change) and ``gpu`` (head size 64, for ``scripts/gpu_smoke.py``). Head size 64 is one every
+CUDA attention backend of vLLM 0.24.0 takes (FlashInfer's list is 64/128/256/512, its
+``FlashInferBackend.get_supported_head_sizes``) and one flash-attn 2.8.3 checks and compiles a kernel for;
+``tests/project/test_gpu_smoke_sources.py`` reads those rules from the two releases' sdists.
 """
 
 from __future__ import annotations

@@ -28,16 +28,20 @@ What verl can build: its ``resource_pool_spec`` is a GPU *count* per node
 (``verl/single_controller/ray/base.py`` ``RayResourcePool``: one STRICT_PACK placement group per
 entry). A pool's explicit GPU set becomes the count of its GPUs on each node it touches, in node
 order, and ``verl_split.runtime.placement.pools`` pins each count to its node. A pool must have the *same* count on
-every node it touches: ``RayWorkerGroup._init_with_resource_pool`` (``base.py:538-577`` in verl
-0.9.1, ``local_world_size = resource_pool.store[0]`` at :564) starts every node's workers with the
-first node's count, so ``0-5,8-9`` -> ``[6, 2]`` fails an assertion and ``[2, 6]`` starts 4 of 8
+every node it touches: ``RayWorkerGroup._init_with_resource_pool`` (``base.py``, its
+``local_world_size = resource_pool.store[0]``; ``core.citations`` pool_first_node_count) starts every node's
+workers with the first node's count, so ``0-5,8-9`` -> ``[6, 2]`` fails an assertion and ``[2, 6]`` starts 4 of 8
 workers that wait forever. The planner refuses such pools. Which device ids inside a node a pool
 gets is Ray's choice: the ids within a node are labels of the picture, not a pinning.
+
+The run's config is read once into a typed view of the job (``job``, read by ``job_config``: each role's
+strategy, meshes and FSDP and Ulysses sizes, the batch, the rollout, the models' shapes, the cluster, the
+``split_placement`` block); the requirements, the batch rules and the memory estimate read its fields.
 
 The job's batch: every role's mini-batch (times ``rollout.n``), micro-batches and log-prob batches
 must split over its pool's data-parallel ranks, by each family's rules (``batch_rules``, with
 verl's file:line); a layout that breaks one is refused with the numbers, the nearest sizes and the
-nearest layouts that fit (``batch``). The rules are read from the run's config
+nearest layouts that fit (``batch``). The rules are read from the job's view
 (``batch_config``); a plan without a config (``verl-split plan --placement 6:2``) checks none.
 
 Megatron roles (``strategy: megatron``): each pool must also suit what megatron-core builds from its sizes
@@ -56,6 +60,9 @@ formulas in its docstring; the states in ``train_state``).
 """
 
 from verl_split.placement.batch_config import batch_from_config
+from verl_split.placement.config_keys import select_key
+from verl_split.placement.job import Job
+from verl_split.placement.job_config import job_from_config
 from verl_split.placement.model import (
     ACTOR_POOL,
     ACTOR_SIDE,
@@ -85,7 +92,6 @@ from verl_split.placement.verl_config import (
     plan_from_config,
     ready_timeout_from_config,
     requirements_from_config,
-    select_key,
     shared_rollout_from_config,
 )
 
@@ -104,6 +110,7 @@ __all__ = [
     "BatchConfig",
     "Cluster",
     "GroupSpec",
+    "Job",
     "ParallelSize",
     "Placement",
     "Plan",
@@ -112,6 +119,7 @@ __all__ = [
     "batch_from_config",
     "check_shared_rollout_run",
     "cluster_from_config",
+    "job_from_config",
     "parse_placement",
     "placement_from_config",
     "plan_from_config",

@@ -21,8 +21,8 @@ def data_parallel_sizes(plan: Plan, batch: BatchConfig) -> dict[str, int]:
     """Role -> data-parallel size of its pool: the pool's GPUs over the role's model-parallel divisor.
 
     A Megatron role with dynamic context parallelism reports 1 whatever its pool (every DPxCP rank gets the
-    whole batch: ``get_data_parallel_size``, ``workers/engine/megatron/transformer_impl.py:756-760`` in 0.9.1,
-    :541-545 in 0.8.0), and verl's dispatch and asserts use that.
+    whole batch: ``MegatronEngine.get_data_parallel_size`` in ``workers/engine/megatron/transformer_impl.py``,
+    0.8+; ``core.citations`` dcp_data_parallel_size), and verl's dispatch and asserts use that.
     """
     sizes: dict[str, int] = {}
     for role, divisor in batch.divisors:

@@ -1,46 +1,35 @@
-"""What a broken batch rule is, and where each verl family asserts each rule (file:line, the function).
+"""What a broken batch rule is, and where each verl family asserts each rule (the function, in its file).
 
-The rules are ``placement.batch_rules`` (and ``placement.batch_vpp`` for Megatron's virtual pipeline);
-line numbers of 0.7.1, 0.8.0 and 0.9.1.
+The rules are ``placement.batch_rules`` (and ``placement.batch_vpp`` for Megatron's virtual pipeline); each
+citation is a row of ``core.citations``, checked against the installed verl by ``tests/core/test_citations.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Where each family asserts each rule: (file:line, the function).
+from verl_split.core.citations import CITATIONS, cite
+
+_ENGINE_RULES: dict[str, str] = {
+    "mini": cite("mini_batch_split"),
+    "micro": cite("micro_batches"),
+    "iterator": cite("mini_batch_iterator"),
+    "balance": f"{cite('balance_batch')} (equal_size=True)",
+    "chunk": cite("chunk_tensordict"),
+    "vpp": cite("vpp_micro_groups"),
+    "vpp_dynamic": f"{cite('seqlen_partitions')}, after {CITATIONS['seqlen_round_up'].symbol} rounds the count up",
+}
+
+#: Where each family asserts each rule: rule -> "function in file".
 CITES: dict[str, dict[str, str]] = {
-    "0.9": {
-        "mini": "verl/workers/engine_workers.py:267 (TrainingWorker.train_mini_batch)",
-        "micro": "verl/workers/engine/utils.py:125 (prepare_micro_batches)",
-        "iterator": "verl/utils/tensordict_utils.py:588 (make_iterator)",
-        "balance": "verl/trainer/ppo/ray_trainer.py:1235 (_balance_batch, equal_size=True)",
-        "chunk": "verl/utils/tensordict_utils.py:341 (chunk_tensordict)",
-        "pad": "verl/trainer/ppo/v1/trainer_base.py:1589-1606 (_get_required_batch_multiple)",
-        "vpp": "verl/workers/engine/megatron/transformer_impl.py:873-877,914-917 (forward_backward_batch)",
-        "vpp_dynamic": "verl/utils/seqlen_balancing.py:239 (get_seqlen_balanced_partitions, after :408 rounds up)",
-    },
-    "0.8": {
-        "mini": "verl/workers/engine_workers.py:258 (TrainingWorker.train_mini_batch)",
-        "micro": "verl/workers/engine/utils.py:91 (prepare_micro_batches)",
-        "iterator": "verl/utils/tensordict_utils.py:588 (make_iterator)",
-        "balance": "verl/trainer/ppo/ray_trainer.py:1201 (_balance_batch, equal_size=True)",
-        "chunk": "verl/utils/tensordict_utils.py:341 (chunk_tensordict)",
-        "vpp": "verl/workers/engine/megatron/transformer_impl.py:615-619,629-632 (forward_backward_batch)",
-        "vpp_dynamic": "verl/utils/seqlen_balancing.py:239 (get_seqlen_balanced_partitions, after :407 rounds up)",
-    },
+    "0.9": {**_ENGINE_RULES, "pad": cite("v1_batch_multiple")},
+    "0.8": dict(_ENGINE_RULES),
     "0.7": {
-        "mini": "verl/workers/engine_workers.py:239 (TrainingWorker.train_mini_batch)",
-        "micro": "verl/workers/engine/utils.py:92 (prepare_micro_batches)",
-        "iterator": "verl/utils/tensordict_utils.py:556 (make_iterator)",
-        "balance": "verl/trainer/ppo/ray_trainer.py:1071 (_balance_batch, equal_size=True)",
-        "chunk": "verl/utils/tensordict_utils.py:315 (chunk_tensordict)",
-        "vpp": "verl/workers/engine/megatron/transformer_impl.py:541-545,555-558 (forward_backward_batch)",
-        "vpp_dynamic": "verl/utils/seqlen_balancing.py:239 (get_seqlen_balanced_partitions, after :407 rounds up)",
-        "legacy_chunk": "verl/protocol.py:873 (DataProto.chunk)",
-        "legacy_actor": "verl/workers/fsdp_workers.py:249-270 (ActorRolloutRefWorker.__init__)",
-        "legacy_log_prob": "verl/workers/fsdp_workers.py:273-281 (ActorRolloutRefWorker.__init__)",
-        "legacy_critic": "verl/workers/fsdp_workers.py:1338-1358 (CriticWorker.__init__)",
+        **_ENGINE_RULES,
+        "legacy_chunk": cite("legacy_chunk"),
+        "legacy_actor": cite("legacy_actor_batch"),
+        "legacy_log_prob": cite("legacy_log_prob_batch"),
+        "legacy_critic": cite("legacy_critic_batch"),
     },
 }
 

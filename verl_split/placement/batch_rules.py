@@ -3,40 +3,43 @@
 verl's own ``validate_config`` (``verl/utils/config.py``) divides the batch by *every* GPU of the run,
 the layout where every role shares one pool; under split placement each role runs on its own pool's
 data-parallel ranks, and the rules below are checked nowhere before the first step. Each failure comes
-after a whole generation. Read from each family's code (line numbers of 0.7.1, 0.8.0 and 0.9.1):
+after a whole generation. Read from each family's code (0.7.1, 0.8.0 and 0.9.1); where verl asserts each is
+a row of ``core.citations`` (named in brackets), which ``tests/core/test_citations.py`` checks against the installed
+verl:
 
 Engine workers (0.8, 0.9, and 0.7 with ``trainer.use_legacy_worker_impl=disable``):
 
-* the trainer hands each update a mini-batch of ``ppo_mini_batch_size x rollout.n`` samples
-  (0.9 ``trainer/ppo/v1/trainer_base.py:1807,1830``, ``trainer/ppo/ray_trainer.py:1353,1383``;
-  0.8 ``ray_trainer.py:1311,1340``; 0.7 ``ray_trainer.py:1175,1206``);
+* the trainer hands each update a mini-batch of ``ppo_mini_batch_size x rollout.n`` samples (the v1
+  trainer's ``PPOTrainer`` in ``trainer/ppo/v1/trainer_base.py``, ``RayPPOTrainer``'s ``_update_actor`` /
+  ``_update_critic`` in ``trainer/ppo/ray_trainer.py``);
 * ``TrainingWorker.train_mini_batch`` asserts that it splits evenly over the role's data-parallel ranks
-  (``workers/engine_workers.py`` 0.9:267, 0.8:258, 0.7:239);
-* ``make_iterator`` asserts that a rank's rows are whole mini-batches (``utils/tensordict_utils.py``
-  0.9:588, 0.8:588, 0.7:556);
+  (``workers/engine_workers.py``; mini_batch_split);
+* ``make_iterator`` asserts that a rank's rows are whole mini-batches (``utils/tensordict_utils.py``;
+  mini_batch_iterator);
 * ``prepare_micro_batches`` asserts, without dynamic batch sizes, that a rank's rows are whole
-  micro-batches (``workers/engine/utils.py`` 0.9:125, 0.8:91, 0.7:92). The actor trains with
+  micro-batches (``workers/engine/utils.py``; micro_batches). The actor trains with
   ``actor.ppo_micro_batch_size_per_gpu`` and computes log-probs with
   ``rollout.log_prob_micro_batch_size_per_gpu``, the reference with ``ref.log_prob_micro_batch_size_per_gpu``
-  (``engine_workers.py`` 0.9:582,623-628). The critic's engine keeps its engine default,
+  (``engine_workers.py`` ``ActorRolloutRefWorker.init_model``). The critic's engine keeps its engine default,
   dynamic batch sizes (``workers/config/engine.py`` ``use_dynamic_bsz: bool = True``; the trainers copy
-  only the token budgets, 0.9 ``trainer_base.py:268-269``, ``ray_trainer.py:809-810``), so its
-  micro-batch sizes set no rule.
+  only the token budgets: ``PPOTrainer._setup``, ``RayPPOTrainer.init_workers``), so its micro-batch sizes set
+  no rule.
 * Rows: the v1 trainer (0.9, ``trainer.use_v1=true``) pads the batch to a multiple of
-  ``lcm(actor dp, critic mini-batch, actor mini-batch)`` (``trainer_base.py:1589-1606,1620``), and its
-  dispatch splits a batch unevenly where it must (TransferQueue's ``KVBatchMeta.chunk``). The
-  ``RayPPOTrainer`` (0.7, 0.8, 0.9 with ``use_v1=false``) does not: its ``_balance_batch`` splits
-  ``train_batch_size x rollout.n`` rows into equal parts per actor rank (``ray_trainer.py`` 0.9:1235,
-  0.8:1201, 0.7:1071), and every dispatch asserts an even split per rank (``chunk_tensordict``,
-  ``utils/tensordict_utils.py`` 0.9:341, 0.8:341, 0.7:315).
+  ``lcm(actor dp, critic mini-batch, actor mini-batch)`` (``PPOTrainer._get_required_batch_multiple``;
+  v1_batch_multiple), and its dispatch splits a batch unevenly where it must (TransferQueue's
+  ``KVBatchMeta.chunk``). The ``RayPPOTrainer`` (0.7, 0.8, 0.9 with ``use_v1=false``) does not: its
+  ``_balance_batch`` splits ``train_batch_size x rollout.n`` rows into equal parts per actor rank
+  (``ray_trainer.py``; balance_batch), and every dispatch asserts an even split per rank
+  (``chunk_tensordict``, ``utils/tensordict_utils.py``; chunk_tensordict).
 
 Legacy workers (0.7's default, ``workers/fsdp_workers.py``):
 
-* the actor's mini-batch per rank is ``ppo_mini_batch_size x rollout.n // dp`` and must be above 0
-  (:249-255) and a multiple of the micro-batch per GPU (:262-270), a global ``ppo_micro_batch_size``
-  being divided by dp first (:256-260); the same for the critic (:1338-1358); global log-prob and
-  forward micro-batches are divided by dp (:273-281, :1340-1348) and must stay above 0;
-* every dispatch splits the rows evenly per rank (``protocol.py:873`` ``DataProto.chunk``).
+* the actor's mini-batch per rank is ``ppo_mini_batch_size x rollout.n // dp`` and must be above 0 and a
+  multiple of the micro-batch per GPU, a global ``ppo_micro_batch_size`` being divided by dp first
+  (``ActorRolloutRefWorker.__init__``; legacy_actor_batch); the same for the critic (``CriticWorker.__init__``;
+  legacy_critic_batch); global log-prob and forward micro-batches are divided by dp there
+  (legacy_log_prob_batch) and must stay above 0;
+* every dispatch splits the rows evenly per rank (``protocol.py`` ``DataProto.chunk``; legacy_chunk).
 
 Generation sets no batch rule on a pool (the agent loop sends requests to the servers); rollout and
 reward-model replicas need whole replicas on their pool, which ``planner`` checks.

@@ -2,14 +2,14 @@
 
 With an interleaved schedule verl's Megatron engine cuts each call's rows on a rank into micro-batches and
 asserts that their count is a multiple of ``microbatch_group_size_per_vp_stage`` (megatron-core's default:
-the pipeline size, ``model_parallel_config.py:447-448`` in megatron-core 0.16.1), in
-``MegatronEngine.forward_backward_batch`` (``workers/engine/megatron/transformer_impl.py`` 0.9.1:873-877,914-917,
-0.8.0:615-619,629-632, 0.7.1:541-545,555-558). So, per call and per rank:
+the pipeline size, ``ModelParallelConfig.__post_init__`` in ``megatron/core/model_parallel_config.py``;
+citations mc_group_default), in ``MegatronEngine.forward_backward_batch``
+(``workers/engine/megatron/transformer_impl.py``; vpp_micro_groups). So, per call and per rank:
 
 * fixed micro-batches (no dynamic batch size): ``rows / micro-batch size`` is a multiple of the group;
 * dynamic batch sizes: ``rearrange_micro_batches`` rounds the count up to a multiple of the group
-  (``utils/seqlen_balancing.py:407``), and each micro-batch needs a row of its own (:239): the rank needs at
-  least ``group`` rows.
+  (``utils/seqlen_balancing.py``; seqlen_round_up), and each micro-batch needs a row of its own
+  (``get_seqlen_balanced_partitions``; seqlen_partitions): the rank needs at least ``group`` rows.
 
 The calls: the actor's update (its mini-batch per rank) and log-probs (the step's rows per rank), the
 reference's log-probs, the critic's update and values (the critic's engine always uses dynamic batch sizes,

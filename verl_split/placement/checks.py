@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from verl_split.core.citations import cite
 from verl_split.core.errors import PlacementError
 from verl_split.placement.model import Plan, Requirements
 
@@ -36,9 +37,9 @@ def check_same_count_per_node(plan: Plan, layouts: Callable[[], list[str]]) -> N
     """A pool must have the same number of GPUs on every node it uses.
 
     verl builds a pool's workers node by node with the *first* node's count for every node
-    (``RayWorkerGroup._init_with_resource_pool``, ``verl/single_controller/ray/base.py:538-577`` in
-    0.9.1, ``local_world_size = resource_pool.store[0]`` at :564; the same in 0.7.1 :557 and 0.8.0
-    :562): ``[6, 2]`` fails its ``local_world_size <= pg.bundle_count`` assertion, ``[2, 6]`` starts
+    (``RayWorkerGroup._init_with_resource_pool`` in ``verl/single_controller/ray/base.py``,
+    ``local_world_size = resource_pool.store[0]`` in 0.7.1, 0.8.0 and 0.9.1; citations
+    pool_first_node_count): ``[6, 2]`` fails its ``local_world_size <= pg.bundle_count`` assertion, ``[2, 6]`` starts
     4 of 8 workers with ``WORLD_SIZE=8``, which wait forever for the other four.
     """
     for pool in plan.pools:
@@ -52,8 +53,8 @@ def check_same_count_per_node(plan: Plan, layouts: Callable[[], list[str]]) -> N
         hint = f", e.g. {' or '.join(fits)}" if fits else ""
         raise PlacementError(
             f"{plan.source}={plan.placement!r}: {pool.name} would have {per_node}. verl starts a pool's "
-            f"workers node by node with the first node's count for every node (RayWorkerGroup."
-            f"_init_with_resource_pool, verl/single_controller/ray/base.py:564 in 0.9.1): with {counts} it "
+            f"workers node by node with the first node's count for every node ({cite('pool_first_node_count')}): "
+            f"with {counts} it "
             + (
                 f"fails an assertion ({counts[0]} workers on a node with {min(counts)} GPUs)"
                 if counts[0] > min(counts)

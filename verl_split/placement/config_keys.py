@@ -1,6 +1,7 @@
 """Read a dotted key from verl's trainer config: an OmegaConf config (hydra's) or plain nested dicts.
 
-Shared by the planner's readers of the config (``verl_config``, ``batch_config``, ``memory``).
+Called by the job view's builder (``job_config``, with ``megatron_config`` for a Megatron role's block): the rest
+of the package reads the view's fields (``placement.job``).
 """
 
 from __future__ import annotations

@@ -6,13 +6,14 @@ step k+1 and reads step k's data until it is joined at step k+1's values (``runt
 So two steps' data are resident at once where stock verl holds one.
 
 verl 0.9's v1 trainer keeps every sample of a step in TransferQueue from generation until the step's
-``kv_clear`` (``verl/trainer/ppo/v1/trainer_base.py:511``); the deferral postpones that clear to the join,
-by which time step k+1 has generated and padded its own samples. What one step stores:
+``kv_clear`` (``PPOTrainer.fit`` in ``verl/trainer/ppo/v1/trainer_base.py``); the deferral postpones that clear
+to the join, by which time step k+1 has generated and padded its own samples. What one step stores:
 
 * ``train_batch_size x rollout.n`` trajectories, one key each (the prompts' own keys carry tags only, and a
   put without fields stores nothing: ``transfer_queue`` ``kv_batch_put``);
 * padding samples with keys of their own, up to a multiple of ``lcm(actor dp, critic mini x n, actor mini
-  x n)`` (``_balance_batch`` and ``_get_required_batch_multiple``, ``trainer_base.py:1590-1621``;
+  x n)`` (``_balance_batch`` and ``_get_required_batch_multiple``, ``trainer_base.py``; ``core.citations``
+  v1_batch_multiple;
   ``verl/trainer/ppo/padding_utils.py`` ``upsample_batch_to_divisible_size``);
 * with DAPO's group filter (``algorithm.filter_groups.enable``), up to ``max_inflight_gen_batches x
   train_batch_size`` prompts generating beside the finished groups before the replay buffer selects
@@ -28,7 +29,7 @@ backends size in bytes and are not checked.
 Which node that process runs on, and its memory, are Ray's choice, unknown before Ray: a warning with the
 estimated bytes when they are large.
 
-Pure: reads the config only.
+Pure: reads the job's view (``placement.job``) only; each public function takes it or verl's config to read it from.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ import math
 from typing import Any
 
 from verl_split.core.errors import PlacementError
-from verl_split.placement.batch_config import batch_from_config
-from verl_split.placement.config_keys import select_key
+from verl_split.placement.batch_config import batch_of
+from verl_split.placement.job import Job
+from verl_split.placement.job_config import as_job
 from verl_split.placement.model import ACTOR_MINI, CRITIC_MINI, TRAIN_BATCH, Plan
 
 STORAGE = "transfer_queue.backend.SimpleStorage"
@@ -54,41 +56,42 @@ BYTES_PER_PROMPT_TOKEN = 32
 BYTES_PER_RESPONSE_TOKEN = 72
 
 
-def why_no_deferral(config: Any, plan: Plan, defer: bool) -> str:
+def why_no_deferral(config: Job | Any, plan: Plan, defer: bool) -> str:
     """Empty when the critic's update will run on into the next step, else why not (as the runtime decides)."""
     if not defer:
         return "VERL_SPLIT_OVERLAP does not include defer_critic"
     actor, critic = plan.pool_of("actor"), plan.pool_of("critic")
     if critic is None or actor is None or critic.name == actor.name:
         return "the critic has no pool of its own"
-    profiled = select_key(config, "global_profiler.steps")
-    if profiled:
+    job = as_job(config)
+    if job.trainer.profiler_steps:
         return "verl's profiler (global_profiler.steps) is on"
-    batch = batch_from_config(config)
-    if batch is not None and batch.rules == "v1":
-        mode = str(select_key(config, "trainer.v1.trainer_mode", "sync"))
+    if job.batch.train_batch_set and job.rules == "v1":
+        mode = job.trainer.v1_mode
         if mode != "sync":
             return f"verl's v1 trainer runs in {mode!r} mode"
-        if select_key(config, f"trainer.v1.{mode}.parameter_sync_step", 1) != 1:
+        if job.trainer.parameter_sync_step != 1:
             return "trainer.v1 parameter_sync_step > 1"
     return ""
 
 
-def check_deferral_capacity(config: Any, plan: Plan, defer: bool) -> str | None:
+def check_deferral_capacity(config: Job | Any, plan: Plan, defer: bool) -> str | None:
     """Refuse a v1 run whose two resident steps overflow TransferQueue; return a warning for a v0 run whose
     driver holds a large extra batch; None when there is nothing to say."""
-    batch = batch_from_config(config)
-    if batch is None or batch.rows is None or why_no_deferral(config, plan, defer):
+    job = as_job(config)
+    batch = batch_of(job)
+    if batch is None or batch.rows is None or why_no_deferral(job, plan, defer):
         return None
     if batch.rules == "v1":
-        _check_transfer_queue(config, plan)
+        _check_transfer_queue(job, plan)
         return None
-    return _driver_warning(config, batch.get(TRAIN_BATCH) or 0, batch.n)
+    return _driver_warning(job, batch.get(TRAIN_BATCH) or 0, batch.n)
 
 
-def step_samples(config: Any, plan: Plan) -> tuple[int, int, int]:
+def step_samples(config: Job | Any, plan: Plan) -> tuple[int, int, int]:
     """(samples a step stores after padding, the padding multiple, samples stored while the next step generates)."""
-    batch = batch_from_config(config)
+    job = as_job(config)
+    batch = batch_of(job)
     assert batch is not None and batch.rows is not None
     actor = plan.pool_of("actor")
     assert actor is not None
@@ -99,26 +102,22 @@ def step_samples(config: Any, plan: Plan) -> tuple[int, int, int]:
             multiple = math.lcm(multiple, mini * batch.n)
     padded = -(-batch.rows // multiple) * multiple
     generating = batch.rows
-    if select_key(config, "algorithm.filter_groups.enable", False):
-        inflight = select_key(config, "algorithm.filter_groups.max_inflight_gen_batches", 1)
-        inflight = inflight if isinstance(inflight, int) and inflight > 0 else 1
-        generating = (1 + inflight) * batch.rows
+    if job.algorithm.filter_groups:
+        generating = (1 + job.algorithm.max_inflight_gen_batches) * batch.rows
     return padded, multiple, generating
 
 
-def _check_transfer_queue(config: Any, plan: Plan) -> None:
-    backend = str(select_key(config, "transfer_queue.backend.storage_backend", "SimpleStorage"))
-    capacity = select_key(config, CAPACITY_KEY)
-    if backend != "SimpleStorage" or isinstance(capacity, bool) or not isinstance(capacity, int):
+def _check_transfer_queue(job: Job, plan: Plan) -> None:
+    queue = job.transfer_queue
+    capacity, units = queue.capacity, queue.units
+    if queue.backend != "SimpleStorage" or capacity is None:
         return  # unlimited (null), or sized in bytes by another backend
-    units = select_key(config, f"{STORAGE}.num_data_storage_units", 1)
-    units = units if isinstance(units, int) and units > 0 else 1
-    padded, multiple, generating = step_samples(config, plan)
+    padded, multiple, generating = step_samples(job, plan)
     peak = padded + max(padded, generating)
     if peak <= capacity:
         return
-    batch = select_key(config, TRAIN_BATCH)
-    n = select_key(config, "actor_rollout_ref.rollout.n", 1)
+    batch = job.batch.get(TRAIN_BATCH)
+    n = job.rollout.n or 1
     step = f"{padded} samples a step (data.train_batch_size={batch} x actor_rollout_ref.rollout.n={n}"
     step += f", padded to a multiple of {multiple})" if padded != batch * n else ")"
     if generating > padded:
@@ -144,17 +143,16 @@ def _check_transfer_queue(config: Any, plan: Plan) -> None:
     )
 
 
-def held_batch_bytes(config: Any, samples: int) -> int:
+def held_batch_bytes(config: Job | Any, samples: int) -> int:
     """Estimated bytes of a v0 batch of ``samples`` samples at the config's maximum lengths."""
-    prompt = select_key(config, "data.max_prompt_length", 512)
-    response = select_key(config, "data.max_response_length", 512)
-    prompt = prompt if isinstance(prompt, int) else 512
-    response = response if isinstance(response, int) else 512
+    data = as_job(config).batch
+    prompt = 512 if data.max_prompt_length is None else data.max_prompt_length
+    response = 512 if data.max_response_length is None else data.max_response_length
     return samples * (BYTES_PER_PROMPT_TOKEN * prompt + BYTES_PER_RESPONSE_TOKEN * response)
 
 
-def _driver_warning(config: Any, batch: int, n: int) -> str | None:
-    held = held_batch_bytes(config, batch * n)
+def _driver_warning(job: Job, batch: int, n: int) -> str | None:
+    held = held_batch_bytes(job, batch * n)
     if held < DRIVER_WARNING_BYTES:
         return None
     return (

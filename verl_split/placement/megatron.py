@@ -1,31 +1,33 @@
 """Megatron's rules on a plan: what megatron-core and verl's Megatron engine refuse once the workers start.
 
-Each is refused here, before Ray starts, with the numbers, the line that would refuse it and a fix. Lines of
-megatron-core 0.16.1 and of verl 0.9.1 (0.8.0 / 0.7.1 where they differ); ``docs/configuration.md`` lists them.
+Each is refused here, before Ray starts, with the numbers, the function that would refuse it and a fix. Read
+from megatron-core 0.16.1 and verl 0.9.1, 0.8.0 and 0.7.1; each function cited is a row of ``core.citations``
+(named in brackets), checked against the installed release by ``tests/core/test_citations.py``;
+``docs/configuration.md`` lists them.
 
-* One mesh per process: verl fuses a pool's roles into one worker process (``create_colocated_worker_cls``,
-  ``single_controller/ray/base.py:1004-1016``; the reference lives inside the actor's worker,
-  ``engine_workers.py:542-592``), and a process holds one megatron-core mesh: the first Megatron engine built
-  sets it and every later one reuses it (``_init_device_mesh`` returns when ``mpu.is_initialized()``,
-  ``workers/engine/megatron/transformer_impl.py:244``, 0.8.0 :139, 0.7.1 :109), while each builds its model
-  with its own sizes. The first is the critic's on the engine workers (its ``TrainingWorker`` builds its engine
-  in its constructor, ``engine_workers.py:136``, inside the ``WorkerDict``; the actor's engines come later, in
-  ``init_model``, the reference's first: ``trainer/ppo/v1/trainer_base.py:309,322,329``), the actor's on 0.7's
-  legacy workers (``megatron_workers.py:284-293``). So roles sharing a process must have the same sizes, else
-  they are refused; with the same sizes the critic simply runs on the actor's mesh, which the plan says. Split
-  placement is what lets the two differ.
-* Experts: the pool must be a multiple of ETP x EP x PP (``parallel_state.py:786-795``; ETP unset is TP); a
-  model's routed experts must split over EP (``transformer/moe/moe_layer.py:101``) and a dense model takes no
-  EP (``transformer/transformer_config.py:1048-1049``).
-* Virtual pipeline: any VPP needs PP > 1 (``parallel_state.py:745-749``); the layers split evenly over PP
-  (``transformer/transformer_block.py:155-157``) and a stage's layers over VPP (:174-177), checked when the
-  model's ``config.json`` is readable and no custom split is set; a VPP group is at least PP micro-batches
-  (``pipeline_parallel/schedules.py:995-1003``). Its batch rule is ``batch_vpp``.
+* One mesh per process: verl fuses a pool's roles into one worker process (``create_colocated_worker_cls`` in
+  ``single_controller/ray/base.py``; colocated_workers; the reference lives inside the actor's worker,
+  ``ActorRolloutRefWorker.init_model`` in ``engine_workers.py``), and a process holds one megatron-core mesh:
+  the first Megatron engine built sets it and every later one reuses it (``MegatronEngine._init_device_mesh``
+  returns when ``mpu.is_initialized()``; megatron_mesh_reused), while each builds its model with its own sizes.
+  The first is the critic's on the engine workers (its ``TrainingWorker`` builds its engine in its constructor,
+  inside the ``WorkerDict``; the actor's engines come later, in ``init_model``, the reference's first, the v1
+  trainer's ``PPOTrainer`` calling them in that order), the actor's on 0.7's legacy workers
+  (``ActorRolloutRefWorker.__init__`` in ``megatron_workers.py`` initializes the mesh). So roles sharing a
+  process must have the same sizes, else they are refused; with the same sizes the critic simply runs on the
+  actor's mesh, which the plan says. Split placement is what lets the two differ.
+* Experts: the pool must be a multiple of ETP x EP x PP (``initialize_model_parallel``; mc_expert_size; ETP
+  unset is TP, mc_etp_default); a model's routed experts must split over EP (``BaseMoELayer.__init__``;
+  mc_experts_over_ep) and a dense model takes no EP (``TransformerConfig.__post_init__``; mc_dense_no_ep).
+* Virtual pipeline: any VPP needs PP > 1 (mc_vpp_needs_pp); the layers split evenly over PP and a stage's layers
+  over VPP (``get_num_layers_to_build``; mc_layers_over_pp, mc_layers_over_vpp), checked when the model's
+  ``config.json`` is readable and no custom split is set; a VPP group is at least PP micro-batches
+  (``forward_backward_pipelining_with_interleaving``; mc_group_at_least_pp). Its batch rule is ``batch_vpp``.
 * Dynamic context parallelism (0.8+): in ``placement.megatron_dcp``.
 * Always true under verl, so not checked: the expert and dense pipeline groups agree and the rank order ends in
-  ``pp`` (``parallel_state.py:808-817``: verl keeps the default order ``tp-cp-ep-dp-pp``), EP and CP never meet
-  in one rank generator (:453-456), and the distributed optimizer's instances divide the data-parallel sizes
-  (:833-836, :1263-1265: verl passes none, so 1).
+  ``pp`` (mc_pp_last: verl keeps the default order ``tp-cp-ep-dp-pp``, mc_default_order), EP and CP never meet
+  in one rank generator (``RankGenerator.__init__``; mc_ep_cp_apart), and the distributed optimizer's instances
+  divide the data-parallel sizes (mc_distopt_instances: verl passes none, so 1).
 * Tensor parallelism across nodes: a warning, not a refusal (``_tp_across_nodes``).
 """
 
@@ -34,16 +36,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from verl_split.core import compat
+from verl_split.core.citations import cite
 from verl_split.core.errors import PlacementError
 from verl_split.placement.megatron_dcp import check_dynamic_cp, check_dynamic_cp_order
 from verl_split.placement.mesh import ENGINE_ORDER, LEGACY_ORDER, Mesh
 from verl_split.placement.model import Plan, Pool, Requirements
 
-MC = "megatron-core 0.16.1"
-MODEL_SIZE_CITE = (
-    f"megatron-core's initialize_model_parallel refuses it, megatron/core/parallel_state.py:738-741 in {MC}"
-)
-INIT = "verl/workers/engine/megatron/transformer_impl.py:271-281 in 0.9.1 (_init_device_mesh)"
+MODEL_SIZE_CITE = f"megatron-core's {cite('mc_model_size')} refuses it"
+INIT = cite("megatron_init_mesh")
 STARTS = "when the pool's workers start, after Ray has started"
 
 
@@ -98,11 +98,10 @@ def _one_mesh_per_process(where: str, pool: Pool, meshes: list[Mesh], family: st
             ]
             raise PlacementError(
                 f"{where}: {', '.join(m.role for m in meshes)} share the processes of {pool.name} (verl fuses a "
-                "pool's roles into one worker process, verl/single_controller/ray/base.py:1004-1016, and runs the "
-                "reference inside the actor's worker), and a process has one Megatron mesh: verl's first engine "
-                f"there ({first.role}'s) sets it and every later one reuses it while building its model with its "
-                "own sizes (_init_device_mesh returns when mpu.is_initialized(), "
-                "verl/workers/engine/megatron/transformer_impl.py:244 in 0.9.1, :139 in 0.8.0). Here "
+                f"pool's roles into one worker process, {cite('colocated_workers')}, and runs the reference inside "
+                "the actor's worker), and a process has one Megatron mesh: verl's first engine there "
+                f"({first.role}'s) sets it and every later one reuses it while building its model with its own "
+                f"sizes ({cite('megatron_mesh_reused')} returns when mpu.is_initialized()). Here "
                 + "; ".join(f"{m.role} has {m.describe()}" for m in meshes)
                 + f". Give them the same sizes ({', '.join(fixes)}), or put the critic on a pool of its own "
                 "(a split placement such as halves), where each role keeps its own mesh."
@@ -141,8 +140,8 @@ def _experts(where: str, mesh: Mesh, pool: Pool, layouts: Callable[[], list[str]
     if mesh.ep > 1 and experts == 0:
         raise PlacementError(
             f"{head} sets {ep_key}={mesh.ep}, but its model has no routed experts (its config.json), and "
-            f"megatron-core refuses expert parallelism on a dense model (megatron/core/transformer/"
-            f"transformer_config.py:1048-1049 in {MC}) {STARTS}. Set {ep_key}=1."
+            f"megatron-core refuses expert parallelism on a dense model ({cite('mc_dense_no_ep')} raises "
+            f"ValueError) {STARTS}. Set {ep_key}=1."
         )
     if experts and experts % mesh.ep:
         fits = [
@@ -150,7 +149,7 @@ def _experts(where: str, mesh: Mesh, pool: Pool, layouts: Callable[[], list[str]
         ]
         raise PlacementError(
             f"{head}: its model's {experts} routed experts do not split over {ep_key}={mesh.ep} "
-            f"(megatron/core/transformer/moe/moe_layer.py:101 in {MC} asserts it {STARTS})."
+            f"(megatron-core's {cite('mc_experts_over_ep')} asserts it {STARTS})."
             + (f" Fits: {ep_key}={' or '.join(str(e) for e in _nearest(fits, mesh.ep))}." if fits else "")
         )
     if pool.size % mesh.expert_size == 0:
@@ -172,7 +171,7 @@ def _experts(where: str, mesh: Mesh, pool: Pool, layouts: Callable[[], list[str]
         fixes.append(f"a layout such as {' or '.join(fits)}")
     raise PlacementError(
         f"{head} is not a multiple of {product}: megatron-core's initialize_model_parallel raises RuntimeError on it "
-        f"(megatron/core/parallel_state.py:786-795 in {MC}, called by {INIT}) {STARTS}. Fits: {', or '.join(fixes)}."
+        f"({cite('mc_expert_size')}, called by verl's {INIT}) {STARTS}. Fits: {', or '.join(fixes)}."
     )
 
 
@@ -183,24 +182,24 @@ def _pipeline(where: str, mesh: Mesh) -> None:
         raise PlacementError(
             f"{head} sets {vpp_key}={mesh.vpp} with {pp_key}={mesh.pp}: megatron-core's initialize_model_parallel "
             f"raises RuntimeError for any virtual pipeline size without pipeline parallelism "
-            f"(megatron/core/parallel_state.py:745-749 in {MC}, called by {INIT}) {STARTS}. Set {vpp_key}=null, "
+            f"({cite('mc_vpp_needs_pp')}, called by verl's {INIT}) {STARTS}. Set {vpp_key}=null, "
             f"or {pp_key} above 1."
         )
     if mesh.vpp == 1:
         raise PlacementError(
             f"{head} sets {vpp_key}=1 with {pp_key}={mesh.pp}: megatron-core runs its interleaved schedule whenever a "
-            f"virtual pipeline size is set (megatron/core/pipeline_parallel/schedules.py get_forward_backward_func in "
-            f"{MC}), here with one virtual stage, so nothing interleaves, yet its micro-batch group rule applies "
-            "(forward_backward_pipelining_with_interleaving raises ValueError when a rank's micro-batches are not "
-            "whole groups of the pipeline size), and verl's Megatron engine rounds the count to groups only for a "
-            f"virtual pipeline size above 1 (workers/engine/megatron/transformer_impl.py forward_backward_batch). Set "
-            f"{vpp_key}=null for the plain pipeline schedule, or 2 or more to interleave."
+            f"virtual pipeline size is set ({cite('mc_interleaved_schedule')}), here with one virtual stage, so "
+            "nothing interleaves, yet its micro-batch group rule applies (forward_backward_pipelining_with_"
+            "interleaving raises ValueError when a rank's micro-batches are not whole groups of the pipeline size), "
+            "and verl's Megatron engine rounds the count to groups only for a virtual pipeline size above 1 "
+            f"({cite('vpp_groups_above_1')}). Set {vpp_key}=null for the plain pipeline schedule, or 2 or more to "
+            "interleave."
         )
     if mesh.interleaved and mesh.group < mesh.pp:
         group_key = mesh.key("override_transformer_config.microbatch_group_size_per_vp_stage")
         raise PlacementError(
             f"{head} sets {group_key}={mesh.group}, below {pp_key}={mesh.pp}: megatron-core's interleaved schedule "
-            f"raises ValueError on the first step (megatron/core/pipeline_parallel/schedules.py:995-1003 in {MC}). "
+            f"raises ValueError on the first step ({cite('mc_group_at_least_pp')}). "
             f"Set it to at least {mesh.pp}, or remove it."
         )
     layers = mesh.shape.layers
@@ -210,7 +209,7 @@ def _pipeline(where: str, mesh: Mesh) -> None:
         fits = [p for p in range(1, layers + 1) if layers % p == 0]
         raise PlacementError(
             f"{head}: its model's {layers} layers do not split over {pp_key}={mesh.pp} "
-            f"(megatron/core/transformer/transformer_block.py:155-157 in {MC} asserts it when the model is built, "
+            f"(megatron-core's {cite('mc_layers_over_pp')} asserts it when the model is built, "
             f"{STARTS}). Set {pp_key}={' or '.join(str(p) for p in _nearest(fits, mesh.pp))}, or split the layers "
             "yourself (override_transformer_config.num_layers_in_first_pipeline_stage / _last_)."
         )
@@ -220,8 +219,8 @@ def _pipeline(where: str, mesh: Mesh) -> None:
         fix = f"{vpp_key}={' or '.join(str(v) for v in _nearest(fits, mesh.vpp or 1))}, or " if fits else ""
         raise PlacementError(
             f"{head}: its model's {layers} layers give each of {mesh.pp} pipeline stages {per_stage}, which do not "
-            f"split into {vpp_key}={mesh.vpp} virtual stages (megatron/core/transformer/transformer_block.py:174-177 "
-            f"in {MC} asserts it when the model is built, {STARTS}). Set {fix}{vpp_key}=null."
+            f"split into {vpp_key}={mesh.vpp} virtual stages (megatron-core's {cite('mc_layers_over_vpp')} asserts "
+            f"it when the model is built, {STARTS}). Set {fix}{vpp_key}=null."
         )
 
 
@@ -229,7 +228,7 @@ def _tp_across_nodes(mesh: Mesh, pool: Pool) -> list[str]:
     """A warning: TP groups that straddle nodes run, slowly (every layer all-reduces over the network).
 
     Not refused: verl and megatron-core run it, and a model whose TP must exceed a node's GPUs has no other
-    way. megatron-core numbers ranks TP first (its default order ``tp-cp-ep-dp-pp``, ``parallel_state.py:562``)
+    way. megatron-core numbers ranks TP first (its default order ``tp-cp-ep-dp-pp``; citations mc_default_order)
     and verl a pool's workers node by node, so a TP group stays in a node exactly when the pool's GPUs per node
     are a multiple of TP.
     """

@@ -1,8 +1,9 @@
-"""Read each Megatron role's mesh from verl's trainer config: ``<role>.megatron.*`` and its model's ``config.json``.
+"""Read each Megatron role's mesh from verl's trainer config: ``<role>.megatron.*``, for the job's view.
 
-A role is Megatron when its ``strategy`` is ``megatron`` (the reference takes the actor's when it has none,
-as ``batch_config`` reads it). The keys are verl's engine block (``trainer/config/engine/megatron.yaml`` in
-0.9.1, ``McoreEngineConfig`` in ``workers/config/engine.py:148-236``).
+The Megatron part of ``placement.job_config`` (the one reader of verl's keys), which gives it the model's shape.
+A role is Megatron when its ``strategy`` is ``megatron`` (the reference takes the actor's when it has none).
+The keys are verl's engine block (``trainer/config/engine/megatron.yaml`` in 0.9.1, ``McoreEngineConfig`` in
+``workers/config/engine.py``).
 """
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from verl_split.placement.config_keys import select_key
-from verl_split.placement.hf_config import shape_from_config
 from verl_split.placement.mesh import MESH_KEYS, Mesh, ModelShape
 
 #: Where each role's training keys live, and its model.
 ROLE_PREFIX = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}
 MODEL_PREFIX = {"actor": "actor_rollout_ref.model", "ref": "actor_rollout_ref.model", "critic": "critic.model"}
 #: ``override_transformer_config`` keys that split the layers another way than evenly over pp (and vpp);
-#: megatron-core then checks its own split (``transformer_config.py:1325-1480`` in megatron-core 0.16.1).
+#: megatron-core then checks its own split (``TransformerConfig.__post_init__`` in ``transformer_config.py``).
 CUSTOM_SPLIT_KEYS = (
     "pipeline_model_parallel_layout",
     "num_layers_in_first_pipeline_stage",
@@ -27,13 +27,6 @@ CUSTOM_SPLIT_KEYS = (
 )
 
 
-def uses_reference(config: Any) -> bool:
-    """The reference runs only when a KL term needs it (``verl/trainer/ppo/utils.py`` ``need_reference_policy``)."""
-    return bool(select_key(config, "algorithm.use_kl_in_reward", False)) or bool(
-        select_key(config, "actor_rollout_ref.actor.use_kl_loss", False)
-    )
-
-
 def strategy_of(config: Any, role: str) -> str:
     strategy = str(select_key(config, f"{ROLE_PREFIX[role]}.strategy", "") or "")
     if role == "ref" and not strategy:
@@ -41,11 +34,8 @@ def strategy_of(config: Any, role: str) -> str:
     return strategy
 
 
-def mesh_of(config: Any, role: str, shape: ModelShape | None = None) -> Mesh | None:
-    """The role's Megatron mesh, or None when it is not a Megatron role.
-
-    ``shape``: the model's, when the caller has it (read from ``config.json`` otherwise).
-    """
+def mesh_of(config: Any, role: str, shape: ModelShape) -> Mesh | None:
+    """The role's Megatron mesh, or None when it is not a Megatron role; ``shape``: its model's."""
     if strategy_of(config, role) != "megatron":
         return None
     block = f"{ROLE_PREFIX[role]}.megatron"
@@ -59,9 +49,6 @@ def mesh_of(config: Any, role: str, shape: ModelShape | None = None) -> Mesh | N
     overrides = select_key(config, f"{block}.override_transformer_config", {}) or {}
     ddp = select_key(config, f"{block}.override_ddp_config", {}) or {}
     model = MODEL_PREFIX[role]
-    if shape is None:
-        path = select_key(config, f"{model}.hf_config_path") or select_key(config, f"{model}.path")
-        shape = shape_from_config(path, value_head=role == "critic")
     return Mesh(
         role=role,
         prefix=block,
@@ -79,27 +66,10 @@ def mesh_of(config: Any, role: str, shape: ModelShape | None = None) -> Mesh | N
     )
 
 
-def meshes_from_config(config: Any, roles: tuple[str, ...]) -> tuple[Mesh, ...]:
-    """The meshes of the Megatron roles among ``roles`` (the actor's and the reference's share one model)."""
-    shapes: dict[str, ModelShape] = {}
-    found = []
-    for role in roles:
-        model = MODEL_PREFIX[role]
-        if strategy_of(config, role) != "megatron":
-            continue
-        if model not in shapes or role == "critic":
-            path = select_key(config, f"{model}.hf_config_path") or select_key(config, f"{model}.path")
-            shapes[model] = shape_from_config(path, value_head=role == "critic")
-        mesh = mesh_of(config, role, shapes[model])
-        if mesh is not None:
-            found.append(mesh)
-    return tuple(found)
-
-
 def _grad_bytes(config: Any, role: str, ddp: Any) -> int:
     """The DDP grad buffer's dtype: fp32 unless the precision-aware optimizer keeps lower-precision main grads.
 
-    verl sets ``grad_reduce_in_fp32`` so (``transformer_impl.py:439-463`` in 0.9.1, ``_resolve_override_ddp_config``);
+    verl sets ``grad_reduce_in_fp32`` so (``MegatronEngine._resolve_override_ddp_config`` in ``transformer_impl.py``);
     an explicit ``override_ddp_config.grad_reduce_in_fp32`` wins.
     """
     explicit = _get(ddp, "grad_reduce_in_fp32")

@@ -6,7 +6,7 @@ are pushed to it, at once:
 * vLLM's share: ``actor_rollout_ref.rollout.gpu_memory_utilization`` x the GPU's memory. vLLM takes that
   fraction for its weights and KV cache, and refuses to start if that much is not free
   (its memory profiling at start-up); verl's colocated replicas keep it while they sleep at level 1
-  (weights in pinned host memory, ``vllm_async_server.py:859-860`` in verl 0.9.1) and take it back on
+  (weights in pinned host memory, ``vLLMHttpServer.sleep`` in ``vllm_async_server.py``) and take it back on
   wake-up, before the push.
 * the critic's training state, resident unless offloaded (``placement.train_state``): with FSDP its
   parameters (``critic.fsdp.model_dtype``, fp32 by default) and Adam's moments sharded over its FSDP group;
@@ -14,15 +14,16 @@ are pushed to it, at once:
   optimizer's 12 bytes a parameter over the pool. Activations are not counted: they live during the
   critic's update, not during generation.
 * the push's two buffers of ``actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes``
-  (default 2048 MB) on every GPU of the NCCL checkpoint engine (``nccl_checkpoint_engine.py:124-125,165-173``).
+  (default 2048 MB) on every GPU of the NCCL checkpoint engine (``NCCLCheckpointEngine.prepare``; ``core.citations``
+  nccl_buckets).
 * a fixed allowance for the CUDA contexts and NCCL of the processes on the GPU (critic worker,
   checkpoint-engine worker, vLLM engine): ``CONTEXT_GB_PER_PROCESS`` each.
 
 So ``need = u x M + critic state + 2 x bucket + 3 x 1 GiB`` must stay within ``M``.
 
 Every actor-pool GPU joins the push too: verl's checkpoint-engine manager prepares every actor rank
-(``checkpoint_engine/base.py:426-429``), and each allocates the same two buffers
-(``nccl_checkpoint_engine.py:165-173``) beside the actor's state (its parameters loaded for the export) and a
+(``CheckpointEngineManager.build_process_group`` in ``checkpoint_engine/base.py``), and each allocates the same
+two buffers (``NCCLCheckpointEngine.prepare``) beside the actor's state (its parameters loaded for the export) and a
 reference model's. When the push comes at the weight sync, the actor pool's hybrid vLLM is asleep then:
 ``actor state + ref state + 2 x bucket + 2 x 1 GiB`` (actor worker, vLLM) must stay within ``M``. Under the
 late join (``VERL_SPLIT_LATE_JOIN=on`` with ``defer_critic``) the push comes while that vLLM generates, awake:
@@ -44,10 +45,11 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from verl_split.core.citations import cite
 from verl_split.core.errors import PlacementError
-from verl_split.placement.config_keys import select_key
 from verl_split.placement.hf_config import params_from_config
-from verl_split.placement.megatron_config import uses_reference
+from verl_split.placement.job import Job
+from verl_split.placement.job_config import as_job
 from verl_split.placement.model import Plan
 from verl_split.placement.train_state import GIB, State, role_state
 
@@ -116,32 +118,35 @@ class MemoryEstimate:
         )
 
 
-def _bucket_mb(config: Any) -> float:
-    return float(select_key(config, f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes", 2048))
+def _vllm_share(job: Job) -> float:
+    share = job.rollout.gpu_memory_utilization
+    return 0.5 if share is None else share
 
 
-def estimate(config: Any, critic_gpus: int, gpu_gb: float | None, critic_params: float | None) -> MemoryEstimate:
-    """One critic-pool GPU: vLLM's share, the critic's state, the push's buffers, the processes' contexts."""
+def estimate(config: Job | Any, critic_gpus: int, gpu_gb: float | None, critic_params: float | None) -> MemoryEstimate:
+    """One critic-pool GPU: vLLM's share, the critic's state, the push's buffers, the processes' contexts.
+    ``config``: the job's view, or verl's config to read it from."""
+    job = as_job(config)
     return MemoryEstimate(
-        states=(role_state(config, "critic", critic_gpus, critic_params),),
-        vllm_fraction=float(select_key(config, f"{ROLLOUT}.gpu_memory_utilization", 0.5)),
-        bucket_mb=_bucket_mb(config),
+        states=(role_state(job, "critic", critic_gpus, critic_params),),
+        vllm_fraction=_vllm_share(job),
+        bucket_mb=job.rollout.bucket_mb,
         gpu_gb=gpu_gb,
     )
 
 
 def actor_estimate(
-    config: Any, actor_gpus: int, gpu_gb: float | None, actor_params: float | None, vllm_awake: bool = False
+    job: Job, actor_gpus: int, gpu_gb: float | None, actor_params: float | None, vllm_awake: bool = False
 ) -> MemoryEstimate:
     """One actor-pool GPU during the push: the actor's state (and the reference's), the push's buffers, and
     the hybrid vLLM's share when the push comes while it generates (``vllm_awake``: the late join)."""
-    states = [role_state(config, "actor", actor_gpus, actor_params, exporting=True)]
-    if uses_reference(config):
-        states.append(role_state(config, "ref", actor_gpus, actor_params))
+    states = [role_state(job, "actor", actor_gpus, actor_params, exporting=True)]
+    if job.uses_reference:
+        states.append(role_state(job, "ref", actor_gpus, actor_params))
     return MemoryEstimate(
         states=tuple(states),
-        vllm_fraction=float(select_key(config, f"{ROLLOUT}.gpu_memory_utilization", 0.5)) if vllm_awake else 0.0,
-        bucket_mb=_bucket_mb(config),
+        vllm_fraction=_vllm_share(job) if vllm_awake else 0.0,
+        bucket_mb=job.rollout.bucket_mb,
         gpu_gb=gpu_gb,
         processes=ACTOR_PROCESSES,
         pool="actor-pool",
@@ -163,8 +168,8 @@ def check(found: MemoryEstimate, where: str) -> None:
         )
     raise PlacementError(
         f"{where}: shared rollout's weight push does not fit an actor-pool GPU: verl's NCCL checkpoint engine "
-        "allocates its two buckets on every actor rank (verl/checkpoint_engine/nccl_checkpoint_engine.py:165-173 "
-        f"in 0.9.1) beside the actor's state{AWAKE if found.vllm_fraction else ''}. {found.describe()}. Make room: "
+        f"allocates its two buckets on every actor rank ({cite('nccl_buckets')}) beside the actor's "
+        f"state{AWAKE if found.vllm_fraction else ''}. {found.describe()}. Make room: "
         f"{offload}, a smaller {bucket} (the push needs 2 of it), a larger actor pool, "
         f"{'VERL_SPLIT_LATE_JOIN=off (the push then comes while that vLLM sleeps), ' if found.vllm_fraction else ''}"
         f"or {SWITCH_OFF}."
@@ -202,21 +207,23 @@ def late_join_pushes_beside_vllm() -> bool:
 
 def with_memory_estimate(
     plan: Plan,
-    config: Any,
+    config: Job | Any,
     gpu_gb: float | None,
     critic_params: float | None,
     actor_params: float | None = None,
     late_join: bool | None = None,
 ) -> Plan:
     """Refuse a shared-rollout plan whose critic-pool or actor-pool GPUs cannot hold it; else note the estimates.
-    ``late_join``: the push may come beside the actor pool's awake vLLM (default: what the settings ask)."""
+    ``late_join``: the push may come beside the actor pool's awake vLLM (default: what the settings ask).
+    ``config``: the job's view, or verl's config to read it from."""
     critic, actor = plan.pool_of("critic"), plan.pool_of("actor")
     if critic is None or actor is None:
         return plan
+    job = as_job(config)
     where = f"{plan.source}={plan.placement!r}"
-    found = estimate(config, critic.size, gpu_gb, critic_params)
+    found = estimate(job, critic.size, gpu_gb, critic_params)
     check(found, where)
     awake = late_join_pushes_beside_vllm() if late_join is None else late_join
-    pushed = actor_estimate(config, actor.size, gpu_gb, actor_params, vllm_awake=awake)
+    pushed = actor_estimate(job, actor.size, gpu_gb, actor_params, vllm_awake=awake)
     check(pushed, where)
     return dataclasses.replace(plan, notes=(*plan.notes, found.describe(), pushed.describe()))

@@ -1,7 +1,8 @@
 """A Megatron role's parallel layout, as its config sets it: what megatron-core builds its process groups from.
 
-verl hands these sizes to ``mpu.initialize_model_parallel`` (``verl/workers/engine/megatron/transformer_impl.py``
-``_init_device_mesh``, :271-281 in 0.9.1; the legacy workers of 0.7, ``workers/megatron_workers.py:284-293``),
+verl hands these sizes to ``mpu.initialize_model_parallel`` (``MegatronEngine._init_device_mesh`` in
+``verl/workers/engine/megatron/transformer_impl.py``, citations megatron_init_mesh; on 0.7's legacy workers
+``ActorRolloutRefWorker.__init__`` in ``workers/megatron_workers.py``),
 and megatron-core derives every group from them and the world size, a pool's GPU count here. Read from the
 config by ``placement.megatron_config``; checked against a plan by ``placement.megatron``.
 """
@@ -49,13 +50,14 @@ class Mesh:
     pp: int = 1
     cp: int = 1
     ep: int = 1
-    #: None: megatron-core uses ``tp`` (``parallel_state.py:786-787`` in megatron-core 0.16.1).
+    #: None: megatron-core uses ``tp`` (``initialize_model_parallel``; citations mc_etp_default).
     etp: int | None = None
     #: None: no interleaved schedule. Any value, 1 included, asks megatron-core for one.
     vpp: int | None = None
     dynamic_cp: bool = False
     max_seqlen_per_dp_cp_rank: object = None
-    #: The role's ``model.use_remove_padding`` (verl copies it into the engine, ``engine_workers.py:112``).
+    #: The role's ``model.use_remove_padding`` (verl copies it into the engine in ``TrainingWorker.__init__``,
+    #: ``verl/workers/engine_workers.py``; citations engine_remove_padding).
     remove_padding: bool = True
     #: ``override_transformer_config.microbatch_group_size_per_vp_stage``; None: megatron-core uses ``pp``.
     micro_group: int | None = None
@@ -92,7 +94,7 @@ class Mesh:
 
     @property
     def group(self) -> int:
-        """Micro-batches of a virtual-stage group (megatron-core's default: pp, ``model_parallel_config.py:447``)."""
+        """Micro-batches of a virtual-stage group (megatron-core's default: pp; citations mc_group_default)."""
         return self.micro_group or self.pp
 
     def sizes(self) -> tuple[int, int, int, int, int, int | None]:

@@ -108,7 +108,7 @@ BATCH_RULES: tuple[str, ...] = ("v1", "v0", "legacy")
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """The run's batch sizes and which family's rules apply (read by ``placement.batch_config``)."""
+    """The run's batch sizes and which family's rules apply (built by ``placement.batch_config``)."""
 
     family: str  # "0.7", "0.8", "0.9"
     rules: str  # one of BATCH_RULES

@@ -11,9 +11,10 @@ Megatron (verl's Megatron engine with megatron-core's DDP and distributed optimi
   ``P_experts / (ETP x EP x PP)`` for the routed experts (megatron-core's ``_ParamAndGradBuffer``,
   ``distributed/param_and_grad_buffer.py``);
 * gradients: a buffer of the same shard, fp32 unless the precision-aware optimizer keeps lower-precision main
-  grads (verl's ``_resolve_override_ddp_config``, ``transformer_impl.py:439-463``); it lives as long as the
+  grads (verl's ``MegatronEngine._resolve_override_ddp_config``, ``transformer_impl.py``); it lives as long as the
   model: megatron-core zeroes it, never frees it. ``param_offload`` moves both to the CPU between calls
-  (``offload_megatron_model_to_cpu``; verl's engine offloads the grads with the parameters, :651-655);
+  (``offload_megatron_model_to_cpu``; verl's engine offloads the grads with the parameters,
+  ``MegatronEngine.initialize``);
 * the optimizer: fp32 main parameters and Adam's two fp32 moments, 12 bytes a parameter, which the
   distributed optimizer (``use_distributed_optimizer``, on by default) shards over the data-parallel (x CP)
   ranks of each shard: ``12 x P / GPUs`` per GPU; without it every rank holds its whole shard's.
@@ -21,27 +22,20 @@ Megatron (verl's Megatron engine with megatron-core's DDP and distributed optimi
 
 A forward-only role (the reference) has parameters only. ``exporting``: the actor while it sends its weights
 to the rollout; a Megatron engine's export loads its parameters to the GPU whatever ``param_offload`` says
-(``get_per_tensor_param``, ``transformer_impl.py:1040``), FSDP2's streams them one tensor at a time
-(``fsdp/transformer_impl.py:988-991``).
+(``MegatronEngine.get_per_tensor_param``, ``megatron/transformer_impl.py``), FSDP2's streams them one tensor at
+a time (``FSDPEngine.get_per_tensor_param``, ``fsdp/transformer_impl.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from verl_split.placement.config_keys import select_key
-from verl_split.placement.megatron_config import MODEL_PREFIX, mesh_of, strategy_of
+from verl_split.placement.job import FsdpBlock, Job
+from verl_split.placement.megatron_config import MODEL_PREFIX
 from verl_split.placement.mesh import Mesh
 
 GIB = 1024**3
 _BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
-#: Where each role's FSDP block lives: the critic's moved between families (``verl_config``).
-FSDP_BLOCKS = {
-    "actor": ("actor_rollout_ref.actor.fsdp_config",),
-    "ref": ("actor_rollout_ref.ref.fsdp_config",),
-    "critic": ("critic.fsdp", "critic.model.fsdp_config"),
-}
 
 
 @dataclass(frozen=True)
@@ -67,32 +61,26 @@ class State:
         return f"{self.role} {self.params / 1e9:.2f}B params {self.how}: {self.gb:.1f} GiB"
 
 
-def role_state(config: Any, role: str, gpus: int, params: float | None, exporting: bool = False) -> State:
-    """The role's state on one of its ``gpus`` GPUs; ``params`` None: read from the model's ``config.json``."""
-    mesh = mesh_of(config, role) if strategy_of(config, role) == "megatron" else None
-    if mesh is not None:
-        return _megatron(mesh, gpus, params if params is not None else mesh.shape.params, exporting)
+def role_state(job: Job, role: str, gpus: int, params: float | None, exporting: bool = False) -> State:
+    """The role's state on one of its ``gpus`` GPUs; ``params`` None: its model's, from ``config.json``."""
+    view = job.role(role)
     if params is None:
-        from verl_split.placement.hf_config import params_from_config
-
-        model = MODEL_PREFIX[role]
-        path = select_key(config, f"{model}.hf_config_path") or select_key(config, f"{model}.path")
-        params = params_from_config(path, value_head=role == "critic")
-    return _fsdp(config, role, gpus, params)
+        params = view.model.shape.params
+    if view.mesh is not None:
+        return _megatron(view.mesh, gpus, params, exporting)
+    return _fsdp(view.fsdp, role, gpus, params)
 
 
-def _fsdp(config: Any, role: str, gpus: int, params: float | None) -> State:
-    block = next((b for b in FSDP_BLOCKS[role] if select_key(config, b) is not None), FSDP_BLOCKS[role][0])
-    size = select_key(config, f"{block}.fsdp_size", -1)
-    shards = size if isinstance(size, int) and 0 < size < gpus else gpus
-    dtype = str(select_key(config, f"{block}.model_dtype", "fp32"))
-    param_offload = bool(select_key(config, f"{block}.param_offload", False))
+def _fsdp(block: FsdpBlock, role: str, gpus: int, params: float | None) -> State:
+    size = block.size
+    shards = size if size is not None and 0 < size < gpus else gpus
+    param_offload = block.param_offload
     optimizer = role != "ref"
-    optimizer_offload = bool(select_key(config, f"{block}.optimizer_offload", False)) or not optimizer
-    per_param = (0 if param_offload else _BYTES.get(dtype.lower(), 4)) + (0 if optimizer_offload else 8)
+    optimizer_offload = block.optimizer_offload or not optimizer
+    per_param = (0 if param_offload else _BYTES.get(block.model_dtype.lower(), 4)) + (0 if optimizer_offload else 8)
     parts = [("parameters", param_offload)] + ([("optimizer", optimizer_offload)] if optimizer else [])
     offload = ", ".join(f"{name} offloaded" if off else f"{name} resident" for name, off in parts)
-    keys = (f"{block}.param_offload",) + ((f"{block}.optimizer_offload",) if optimizer else ())
+    keys = (f"{block.key}.param_offload",) + ((f"{block.key}.optimizer_offload",) if optimizer else ())
     return State(role, params, per_param / max(1, shards), f"/ {max(1, shards)} shards, {offload}", keys)
 
 

@@ -1,4 +1,9 @@
-"""Read a placement's inputs from verl's trainer config: the only module that knows verl's config keys."""
+"""A placement's inputs from the job's view of verl's trainer config (``placement.job``, read once by
+``placement.job_config``): the planner's requirements, the placement block, the cluster, the plan.
+
+Each public function takes verl's config, as the runtime's seams and ``verl-split plan`` hold it, or the view
+already read from it; ``plan_from_config`` reads the view once and hands it to the others.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,9 @@ from typing import Any
 
 from verl_split.core.errors import PlacementError, SettingsError
 from verl_split.placement import megatron, memory
-from verl_split.placement.config_keys import select_key
-from verl_split.placement.megatron_config import meshes_from_config, uses_reference
+from verl_split.placement.batch_config import batch_of, ulysses_note
+from verl_split.placement.job import Job, Split
+from verl_split.placement.job_config import as_job, split_from_config
 from verl_split.placement.model import DEFAULT_READY_TIMEOUT_S, Cluster, ParallelSize, Placement, Plan, Requirements
 from verl_split.placement.parse import DEFAULT_PLACEMENT, parse_placement
 from verl_split.placement.planner import plan_placement
@@ -22,103 +28,54 @@ CONFIG_KEYS: tuple[str, ...] = ("placement", "groups", "ready_timeout_s", "share
 SHARED_ROLLOUT_TRAINER_MODES: tuple[str, ...] = ("sync",)
 
 
-def _size(config: Any, key: str, default: int = 1) -> int:
-    value = select_key(config, key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return default
-    return value
-
-
-#: Where each role's FSDP engine block lives, per verl family. The critic's moved: verl 0.7's
-#: legacy ``CriticWorker`` reads ``critic.model.fsdp_config.fsdp_size`` (``verl/workers/fsdp_workers.py``),
-#: 0.8 and 0.9 name the block ``critic.fsdp``. A config has one of the two; the other reads as 1.
-_FSDP_BLOCKS: dict[str, tuple[str, ...]] = {
-    "actor": ("fsdp_config",),
-    "ref": ("fsdp_config",),
-    "critic": ("fsdp", "model.fsdp_config"),
-}
-
-
-def requirements_from_config(config: Any, family: str | None = None) -> Requirements:
-    """Read what a placement must satisfy from verl's (OmegaConf or dict) trainer config.
+def requirements_from_config(config: Job | Any, family: str | None = None) -> Requirements:
+    """What a placement must satisfy, from verl's (OmegaConf or dict) trainer config or its job's view.
 
     ``family``: whose batch rules apply ("0.7", "0.8", "0.9"); None reads the installed verl's.
     """
-    from verl_split.placement.batch_config import FAMILIES, batch_from_config, installed_family, rules_of, ulysses_keys
-
-    # The critic rule of verl/trainer/ppo/utils.py need_critic, restated so that this module
-    # imports no verl: critic.enable decides when set, else the advantage estimator is GAE.
-    enable = select_key(config, "critic.enable")
-    estimator = str(select_key(config, "algorithm.adv_estimator", "gae"))
-    if enable is not None:
-        critic, reason = bool(enable), f"critic.enable={bool(enable)}"
-    else:
-        critic, reason = estimator.lower() == "gae", f"algorithm.adv_estimator={estimator}"
-    reward_enabled = bool(select_key(config, "reward.reward_model.enable", False))
-    own_pool = bool(select_key(config, "reward.reward_model.enable_resource_pool", False))
-
-    parallel: list[ParallelSize] = []
+    job = as_job(config, family)
+    critic = job.needs_critic
+    reward = job.reward_model
     rollout = "actor_rollout_ref.rollout"
-    replica = (
-        _size(config, f"{rollout}.tensor_model_parallel_size")
-        * _size(config, f"{rollout}.data_parallel_size")
-        * _size(config, f"{rollout}.pipeline_model_parallel_size")
-    )
     # A rollout replica is tp * dp * pp GPUs (verl/workers/rollout/replica.py RolloutReplica.world_size).
-    parallel.append(
-        ParallelSize("rollout", replica, f"{rollout}.tensor_model_parallel_size x data x pipeline", within_node=True)
-    )
-    known = family or installed_family() or FAMILIES[-1]
-    rules = rules_of(config, known if known in FAMILIES else FAMILIES[-1] if known > FAMILIES[-1] else FAMILIES[0])
-    for role, prefix in (
-        ("actor", "actor_rollout_ref.actor"),
-        ("ref", "actor_rollout_ref.ref"),
-        ("critic", "critic"),
-    ):
-        if role == "critic" and not critic:
-            continue
-        keys = [*ulysses_keys(role, rules), *(f"{prefix}.{block}.fsdp_size" for block in _FSDP_BLOCKS[role])]
-        parallel.extend(ParallelSize(role, _size(config, key), key) for key in keys)
-        if str(select_key(config, f"{prefix}.strategy", "")) == "megatron":
-            mega = f"{prefix}.megatron"
-            size = (
-                _size(config, f"{mega}.tensor_model_parallel_size")
-                * _size(config, f"{mega}.pipeline_model_parallel_size")
-                * _size(config, f"{mega}.context_parallel_size")
-            )
-            key = f"{mega}.tensor_model_parallel_size x pipeline x context"
-            parallel.append(ParallelSize(role, size, key, cite=megatron.MODEL_SIZE_CITE))
-    if reward_enabled and not own_pool:
-        rm = "reward.reward_model.rollout"
-        size = (
-            _size(config, f"{rm}.tensor_model_parallel_size")
-            * _size(config, f"{rm}.data_parallel_size")
-            * _size(config, f"{rm}.pipeline_model_parallel_size")
+    parallel = [
+        ParallelSize(
+            "rollout", job.rollout.replica, f"{rollout}.tensor_model_parallel_size x data x pipeline", within_node=True
         )
-        parallel.append(ParallelSize("reward", size, f"{rm}.tensor_model_parallel_size x data x pipeline", True))
-    batch = batch_from_config(config, family)
-    roles = ("actor", "ref", "critic") if critic else ("actor", "ref")
+    ]
+    for name in ("actor", "ref", "critic"):
+        if name == "critic" and not critic:
+            continue
+        role = job.role(name)
+        sizes = [*role.ulysses, *((f"{block.key}.fsdp_size", block.size) for block in role.fsdp_blocks)]
+        parallel.extend(ParallelSize(name, 1 if size is None else size, key) for key, size in sizes)
+        if role.strategy == "megatron":
+            key = f"{role.prefix}.megatron.tensor_model_parallel_size x pipeline x context"
+            parallel.append(ParallelSize(name, role.megatron_size, key, cite=megatron.MODEL_SIZE_CITE))
+    if reward.enabled and not reward.own_pool:
+        key = "reward.reward_model.rollout.tensor_model_parallel_size x data x pipeline"
+        parallel.append(ParallelSize("reward", reward.replica, key, True))
+    batch = batch_of(job)
     return Requirements(
         critic=critic,
-        critic_reason=reason,
-        reward=reward_enabled and not own_pool,
-        reward_own_pool=reward_enabled and own_pool,
+        critic_reason=job.critic_reason,
+        reward=reward.enabled and not reward.own_pool,
+        reward_own_pool=reward.enabled and reward.own_pool,
         parallel=tuple(p for p in parallel if p.size > 1),
         batch=batch,
-        megatron=meshes_from_config(config, tuple(r for r in roles if r != "ref" or uses_reference(config))),
-        family=batch.family if batch is not None else family or installed_family() or FAMILIES[-1],
+        megatron=job.meshes(job.running_roles),
+        family=batch.family if batch is not None else job.asked_family,
     )
 
 
-def placement_from_config(config: Any, env_value: str | None = None) -> Placement:
+def placement_from_config(config: Job | Any, env_value: str | None = None) -> Placement:
     """The run's placement: ``split_placement`` in the config wins over ``VERL_SPLIT_PLACEMENT``.
 
     The config is the run's own, recorded setting (hydra logs it with the run); the environment
     variable is a default for every run of a shell, so the more specific one wins.
     """
-    block = select_key(config, "split_placement")
+    block = split_from_config(config).block
     if block is not None:
-        block = _plain(block)
         if not isinstance(block, Mapping):
             raise PlacementError(
                 f"split_placement must be a mapping such as {{placement: '6:2'}}, got {block!r}. "
@@ -135,37 +92,28 @@ def placement_from_config(config: Any, env_value: str | None = None) -> Placemen
                 "or a list of {roles, gpus} in 'groups'."
             )
         if "groups" in block:
-            groups = _plain(block["groups"])
+            groups = block["groups"]
             if not isinstance(groups, list):
                 raise PlacementError(
                     f"split_placement.groups must be a list of {{roles, gpus}} mappings, got {groups!r}."
                 )
             return parse_placement(groups, source="split_placement.groups")
         if "placement" in block:
-            return parse_placement(_plain(block["placement"]), source="split_placement.placement")
+            return parse_placement(block["placement"], source="split_placement.placement")
     if env_value is not None and env_value.strip():
         return parse_placement(env_value, source="VERL_SPLIT_PLACEMENT")
     return parse_placement(DEFAULT_PLACEMENT, source="default placement")
 
 
-def _plain(value: Any) -> Any:
-    """An OmegaConf container as plain lists and dicts, interpolations resolved; anything else as is."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
+def cluster_from_config(config: Job | Any) -> Cluster:
+    trainer = as_job(config).trainer
+    return Cluster(nnodes=trainer.nnodes, n_gpus_per_node=trainer.n_gpus_per_node)
 
 
-def cluster_from_config(config: Any) -> Cluster:
-    nnodes = select_key(config, "trainer.nnodes")
-    per_node = select_key(config, "trainer.n_gpus_per_node")
-    return Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
-
-
-def ready_timeout_from_config(config: Any) -> float:
+def ready_timeout_from_config(config: Job | Any) -> float:
     """``split_placement.ready_timeout_s``: seconds to wait for the pools' placement groups."""
-    value = select_key(config, "split_placement.ready_timeout_s", DEFAULT_READY_TIMEOUT_S)
+    value = split_from_config(config).ready_timeout_s
+    value = DEFAULT_READY_TIMEOUT_S if value is None else value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise PlacementError(
             f"split_placement.ready_timeout_s must be a number of seconds above 0, got {value!r}. "
@@ -174,13 +122,18 @@ def ready_timeout_from_config(config: Any) -> float:
     return float(value)
 
 
-def shared_rollout_from_config(config: Any, env_value: bool | None = None) -> bool:
+def shared_rollout_from_config(config: Job | Any, env_value: bool | None = None) -> bool:
     """Rollout on both pools: ``split_placement.shared_rollout`` wins over ``VERL_SPLIT_SHARED_ROLLOUT``.
 
     The same order as the placement's (``placement_from_config``): the run's own config over the
     shell's variable. ``env_value`` is the variable's value; None reads the frozen settings.
+    Reads the ``split_placement`` block alone: the runtime asks this of the trainer's config.
     """
-    value = select_key(config, "split_placement.shared_rollout")
+    return _shared_rollout(split_from_config(config), env_value)
+
+
+def _shared_rollout(split: Split, env_value: bool | None) -> bool:
+    value = split.shared_rollout
     if value is None:
         if env_value is None:
             from verl_split.core import settings
@@ -204,7 +157,7 @@ def shared_rollout_from_config(config: Any, env_value: bool | None = None) -> bo
     )
 
 
-def check_shared_rollout_run(config: Any) -> None:
+def check_shared_rollout_run(config: Job | Any) -> None:
     """What shared rollout needs beyond the placement: a release that has it, the v1 trainer in ``sync`` mode
     (``RayPPOTrainer`` has no modes; a subclass with a loop of its own is refused where it starts, in
     ``runtime/shared_rollout/ray_trainer.check_ray_trainer``), merged LoRA.
@@ -221,18 +174,18 @@ def check_shared_rollout_run(config: Any) -> None:
             f"with run-time server registration and the checkpoint engine, which arrived in verl 0.8; upgrade to "
             f"verl 0.8 or newer, or {SWITCH_OFF_HINT}."
         )
+    job = as_job(config)
     # verl's one-step-off and fully-async recipes (verl/experimental/*/ray_trainer.py, subclasses of RayPPOTrainer
     # with an init_workers and fit of their own) assert hybrid_engine=false: their rollout is not the actor's.
-    if select_key(config, "actor_rollout_ref.hybrid_engine", True) is False:
+    if not job.rollout.hybrid:
         raise PlacementError(
             "shared rollout adds rollout replicas beside the actor's hybrid ones; this run sets "
             "actor_rollout_ref.hybrid_engine=false (verl's one-step-off and fully-async recipes), whose trainer "
             f"schedules its own rollout replicas and their weight sync. Drop that override, or {SWITCH_OFF_HINT}."
         )
     # On RayPPOTrainer (trainer.use_v1=false) there is no trainer_mode: the runtime checks its loop instead.
-    v1 = select_key(config, "trainer.use_v1", True) is not False
-    mode = str(select_key(config, "trainer.v1.trainer_mode", "sync"))
-    if v1 and mode not in SHARED_ROLLOUT_TRAINER_MODES:
+    mode = job.trainer.v1_mode
+    if job.trainer.use_v1 and mode not in SHARED_ROLLOUT_TRAINER_MODES:
         raise PlacementError(
             f"shared rollout runs with trainer.v1.trainer_mode={' or '.join(SHARED_ROLLOUT_TRAINER_MODES)} for "
             f"now; this run sets trainer.v1.trainer_mode={mode}, whose trainer schedules its rollout replicas "
@@ -241,46 +194,44 @@ def check_shared_rollout_run(config: Any) -> None:
     # The weights reach replicas on other GPUs through verl's checkpoint engine, whose path
     # (verl/workers/engine_workers.py update_weights, mode other than "naive") drops the LoRA
     # peft_config: only merged weights arrive whole.
-    model = "actor_rollout_ref.model"
-    rank = max(_size(config, f"{model}.lora_rank", 0), _size(config, f"{model}.lora.rank", 0))
-    if rank > 0 and not select_key(config, f"{model}.lora.merge", False):
+    model = job.actor.model
+    if model.lora_rank > 0 and not model.lora_merge:
         raise PlacementError(
             f"shared rollout sends the actor's weights to replicas on the critic pool's GPUs, and that transfer "
-            f"carries full weights only, not a LoRA adapter; this run trains LoRA (rank {rank}) unmerged "
-            f"({model}.lora.merge=false). Set {model}.lora.merge=true, or {SWITCH_OFF_HINT}."
+            f"carries full weights only, not a LoRA adapter; this run trains LoRA (rank {model.lora_rank}) unmerged "
+            f"({model.prefix}.lora.merge=false). Set {model.prefix}.lora.merge=true, or {SWITCH_OFF_HINT}."
         )
 
 
 def plan_from_config(
-    config: Any,
+    config: Job | Any,
     env_value: str | None = None,
     shared_rollout: bool | None = None,
     gpu_gb: float | None = None,
 ) -> Plan:
-    """Plan the run of a verl config.
+    """Plan the run of a verl config (or its job's view, read once here otherwise).
 
     ``env_value`` is VERL_SPLIT_PLACEMENT and ``shared_rollout`` VERL_SPLIT_SHARED_ROLLOUT (the
     frozen settings' when None); the config's ``split_placement`` keys win over both. With shared
     rollout the critic pool's memory is estimated (``placement.memory``) against ``gpu_gb``, else the
     GPUs ``nvidia-smi`` shows on this node, and refused when it cannot fit.
     """
+    job = as_job(config)
     if env_value is None:
         from verl_split.core import settings
 
         env_value = settings.current().placement
-    shared = shared_rollout_from_config(config, shared_rollout)
+    shared = _shared_rollout(job.split, shared_rollout)
     if shared:
-        check_shared_rollout_run(config)
-    from verl_split.placement.batch_config import ignored_ulysses_note
-
-    requirements = requirements_from_config(config)
+        check_shared_rollout_run(job)
+    requirements = requirements_from_config(job)
     plan = plan_placement(
-        placement_from_config(config, env_value), cluster_from_config(config), requirements, shared_rollout=shared
+        placement_from_config(job, env_value), cluster_from_config(job), requirements, shared_rollout=shared
     )
-    plan = dataclasses.replace(plan, ready_timeout_s=ready_timeout_from_config(config))
-    note = ignored_ulysses_note(config, requirements.family)
+    plan = dataclasses.replace(plan, ready_timeout_s=ready_timeout_from_config(job))
+    note = ulysses_note(job, requirements.family or job.family)
     if note:
         plan = dataclasses.replace(plan, notes=(*plan.notes, note))
     if shared:
-        plan = memory.with_memory_estimate(plan, config, gpu_gb if gpu_gb is not None else memory.detect_gpu_gb(), None)
+        plan = memory.with_memory_estimate(plan, job, gpu_gb if gpu_gb is not None else memory.detect_gpu_gb(), None)
     return plan

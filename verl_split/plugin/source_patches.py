@@ -51,7 +51,7 @@ def has_per_node_fit() -> bool | None:
 
     try:
         from verl.single_controller.ray.base import ResourcePoolManager
-    except ImportError:  # verl 0.7.0 keeps it in verl/trainer/ppo/ray_trainer.py:70 (base.py since 0.7.1)
+    except ImportError:  # verl 0.7.0 keeps it in verl/trainer/ppo/ray_trainer.py (base.py since 0.7.1)
         from verl.trainer.ppo.ray_trainer import ResourcePoolManager
 
     try:

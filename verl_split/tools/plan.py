@@ -104,11 +104,12 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
     config: Any = None
     if args.config_name or args.config_path or args.overrides:
         config = compose_config(args.config_name or "ppo_trainer", args.config_path, args.overrides)
-        requirements = planner.requirements_from_config(config, family=args.verl)
-        nnodes = planner.select_key(config, "trainer.nnodes") if args.nnodes is None else args.nnodes
-        per_node = args.n_gpus_per_node
-        if per_node is None:
-            per_node = planner.select_key(config, "trainer.n_gpus_per_node")
+    # Without a config: verl's defaults (v1 sync trainer, no LoRA) for what shared rollout checks.
+    job = planner.job_from_config({} if config is None else config, family=args.verl)
+    if config is not None:
+        requirements = planner.requirements_from_config(job)
+        nnodes = job.trainer.nnodes if args.nnodes is None else args.nnodes
+        per_node = job.trainer.n_gpus_per_node if args.n_gpus_per_node is None else args.n_gpus_per_node
     else:
         requirements = planner.Requirements(
             critic=not args.no_critic,
@@ -125,21 +126,16 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
     if args.placement:
         chosen = planner.parse_placement(args.placement, source="--placement")
     else:
-        chosen = planner.placement_from_config({} if config is None else config, env.placement)
-    shared = args.shared_rollout or planner.shared_rollout_from_config(
-        {} if config is None else config, env.shared_rollout
-    )
+        chosen = planner.placement_from_config(job, env.placement)
+    shared = args.shared_rollout or planner.shared_rollout_from_config(job, env.shared_rollout)
     if shared:
-        # Without a config: verl's defaults (v1 sync trainer, no LoRA); the release is checked still.
-        planner.check_shared_rollout_run({} if config is None else config)
+        planner.check_shared_rollout_run(job)  # the release is checked still
     cluster = planner.Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
     plan = planner.plan_placement(chosen, cluster, requirements, shared_rollout=shared)
     if shared:
         from verl_split.placement.memory import with_memory_estimate
 
-        plan = with_memory_estimate(
-            plan, {} if config is None else config, args.gpu_memory_gb, args.critic_params, args.actor_params
-        )
+        plan = with_memory_estimate(plan, job, args.gpu_memory_gb, args.critic_params, args.actor_params)
     return plan
 
 

@@ -26,7 +26,7 @@ from verl_split.core import log
 from verl_split.core.errors import UpdateFailedError
 from verl_split.plugin import wrapping
 from verl_split.runtime.metrics import tracking
-from verl_split.runtime.overlap import deferral, deferral_hooks, failure_exit, prep_hooks, trainers, update_hooks
+from verl_split.runtime.overlap import deferral, deferral_hooks, prep_hooks, trainers, update_hooks
 
 pytestmark = pytest.mark.unit
 
@@ -275,9 +275,9 @@ def test_a_failed_deferred_update_stops_the_run_naming_role_pool_and_step(run, m
 
 def test_a_trainer_stuck_in_one_call_is_ended(run, monkeypatch):
     """A GPU generation can last minutes with no seam passed: the process ends instead of waiting it out."""
-    monkeypatch.setattr(failure_exit, "ABORT_AFTER_S", 0.3)
+    monkeypatch.setattr(deferral, "ABORT_AFTER_S", 0.3)
     ended = threading.Event()
-    monkeypatch.setattr(failure_exit.os, "_exit", lambda code: ended.set())
+    monkeypatch.setattr(deferral.os, "_exit", lambda code: ended.set())
     trainer = FakeTrainer(steps=2)
     trainer.fail_critic_at, trainer.later_gen_s = 1, 10 * WORK_S
     thread = threading.Thread(target=lambda: pytest.raises(UpdateFailedError, run, trainer), daemon=True)
@@ -295,10 +295,8 @@ def test_a_trainer_stuck_in_one_call_on_the_main_thread_is_interrupted_and_raise
     background inherits SIGINT ignored, and then the interrupt cannot land (os._exit's case, the test above)."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        monkeypatch.setattr(failure_exit, "INTERRUPT_AFTER_S", 0.3)
-        monkeypatch.setattr(
-            failure_exit.os, "_exit", lambda code: pytest.fail("the process was ended, not interrupted")
-        )
+        monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.3)
+        monkeypatch.setattr(deferral.os, "_exit", lambda code: pytest.fail("the process was ended, not interrupted"))
         trainer = FakeTrainer(steps=2)
         trainer.fail_critic_at, trainer.later_gen_s = 1, 30 * WORK_S  # generation of step 2: 6 s in one call
         started = time.monotonic()
@@ -314,17 +312,21 @@ def test_a_trainer_stuck_in_one_call_on_the_main_thread_is_interrupted_and_raise
 def test_once_fit_has_ended_a_failed_update_neither_interrupts_nor_ends_the_process(monkeypatch):
     """A failure that reached the trainer on another thread (``raised`` unset) must not end a run that is
     already tearing down: ``wrap_fit`` cancels the timers (code_review_3.md item 7)."""
-    monkeypatch.setattr(failure_exit, "INTERRUPT_AFTER_S", 0.2)
-    monkeypatch.setattr(failure_exit, "ABORT_AFTER_S", 0.3)
+    monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.2)
+    monkeypatch.setattr(deferral, "ABORT_AFTER_S", 0.3)
     after_fit: list[str] = []  # the timers run on threads of their own: recorded, asserted below
-    monkeypatch.setattr(failure_exit.os, "_exit", lambda code: after_fit.append("ended"))
-    monkeypatch.setattr(failure_exit._thread, "interrupt_main", lambda: after_fit.append("interrupted"))
+    monkeypatch.setattr(deferral.os, "_exit", lambda code: after_fit.append("ended"))
+    monkeypatch.setattr(deferral._thread, "interrupt_main", lambda: after_fit.append("interrupted"))
     failed: concurrent.futures.Future = concurrent.futures.Future()
     failed.set_exception(RuntimeError("critic died"))
     deferred = SimpleNamespace(
-        result=failed, failure=None, raised=False, interrupted=False, trainer_thread=threading.main_thread()
+        result=failed,
+        failure=UpdateFailedError("critic died"),
+        raised=False,
+        interrupted=False,
+        trainer_thread=threading.main_thread(),
     )
-    failure_exit.watch(deferred, lambda d, exc: UpdateFailedError(str(exc)))
+    deferral.watch_failure(deferred)
 
     def fit():
         raise RuntimeError("the run failed elsewhere")

@@ -253,7 +253,7 @@ def test_main_ppo_stops_before_ray_starts(tmp_path, overrides, said):
     import subprocess
     import sys
 
-    from pyrun import clean_env
+    from support.pyrun import clean_env
 
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, f"hydra.run.dir={tmp_path}"]
     proc = subprocess.run(command, env=clean_env({"VERL_SPLIT": "1"}), capture_output=True, text=True, timeout=300)
@@ -297,7 +297,7 @@ def test_shared_rollout_that_cannot_fit_stops_main_ppo_before_ray_starts(tmp_pat
     import subprocess
     import sys
 
-    from pyrun import clean_env
+    from support.pyrun import clean_env
 
     model = tmp_path / "model"
     model.mkdir()

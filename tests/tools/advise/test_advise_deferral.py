@@ -14,10 +14,10 @@ from test_advise_shared_rollout import costs, model_of
 from verl_split.dryrun.report import phase_times
 from verl_split.placement import Cluster
 from verl_split.tools.advise import advise
-from verl_split.tools.advise.defer_or_share import choose
-from verl_split.tools.advise.deferral import DeferralCosts, defer
 from verl_split.tools.advise.model import predict
+from verl_split.tools.advise.reasons import choose
 from verl_split.tools.advise.runs import read_run
+from verl_split.tools.advise.variants import DeferralCosts, defer
 from verl_split.tools.cli import main
 
 pytestmark = pytest.mark.unit

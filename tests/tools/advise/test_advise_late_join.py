@@ -15,10 +15,9 @@ from test_advise_shared_rollout import costs, model_of
 from verl_split.placement import Cluster
 from verl_split.tools.advise import advise
 from verl_split.tools.advise.candidates import rank
-from verl_split.tools.advise.deferral import DeferralCosts
-from verl_split.tools.advise.late_join import LateJoin, break_even_push
 from verl_split.tools.advise.model import CostModel, LaneModel, build_model, predict
 from verl_split.tools.advise.runs import AdviseError, read_run
+from verl_split.tools.advise.variants import DeferralCosts, LateJoinStep, break_even_push
 from verl_split.tools.cli import main
 
 pytestmark = pytest.mark.unit
@@ -33,10 +32,10 @@ CRITIC_HEAVY: Profile = {**SUBLINEAR, "gen": (2.0, 96.0), "critic_update": (8.0,
 LIGHT_CRITIC: Profile = {**SUBLINEAR, "critic_prep": (1.0, 2.0), "critic_update": (1.0, 4.0)}
 
 
-def late(**kwargs: float) -> LateJoin:
+def late(**kwargs: float) -> LateJoinStep:
     values = dict(actor_update_s=5.0, critic_update_s=12.0, gen_alone_s=10.0, gen_both_s=6.0, sync_s=1.0)
     values.update(push_s=0.5, offload_s=0.0, actor_prep_s=3.0, critic_prep_s=2.0, prep_overlap=True, fixed_s=1.0)
-    return LateJoin(**{**values, **kwargs})
+    return LateJoinStep(**{**values, **kwargs})
 
 
 # --------------------------------------------------------------------------- the model

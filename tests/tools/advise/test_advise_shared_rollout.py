@@ -19,7 +19,7 @@ from verl_split.tools.advise.candidates import rank
 from verl_split.tools.advise.model import FIT_AMDAHL, CostModel, LaneModel, predict
 from verl_split.tools.advise.reasons import _shared_reason
 from verl_split.tools.advise.runs import read_run
-from verl_split.tools.advise.shared import ASSUMED, GIVEN, MEASURED, SharedRolloutCosts
+from verl_split.tools.advise.variants import ASSUMED, GIVEN, MEASURED, SharedRolloutCosts
 from verl_split.tools.cli import main
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ Each wrapper answers one verl function that assumes an accelerator, and steps as
 * ``wrap_initialize_global_process_group_ray`` -- ``verl/utils/distributed.py``: verl's engine workers call
   it without a backend and it then asks for ``"cpu:gloo,{device}:{backend}"``, ``"cpu:gloo,cpu:gloo"`` on CPU,
   which torch rejects (one device type named twice): plain gloo instead. verl 0.7.0's function takes no
-  ``backend`` (``distributed.py:74``, added in 0.7.1): there gloo is started from the same ``RANK`` /
+  ``backend`` (added in 0.7.1): there gloo is started from the same ``RANK`` /
   ``WORLD_SIZE`` / ``DIST_INIT_METHOD`` and verl's function finds it started.
 * ``wrap_legacy_worker_init`` -- 0.7's legacy ``fsdp_workers.ActorRolloutRefWorker.__init__`` and
   ``CriticWorker.__init__`` start torch.distributed with ``"cpu:gloo,cpu:nccl"`` / ``"nccl"``: on CPU the

@@ -58,8 +58,8 @@ class CPURolloutReplica(RolloutReplica):
         server = server_cls.options(
             name=server_name(self.replica_rank) + suffix,
             num_cpus=0,  # the logical CPUs belong to the training workers; this one idles between steps
-            # verl 0.7.1+ sizes it (replica.py:240: at least 1000, more with max_num_seqs); 0.7.0 has no such
-            # property: Ray's own default for async actors.
+            # verl 0.7.1+ sizes it (RolloutReplica.max_concurrency: at least 1000, more with max_num_seqs); 0.7.0
+            # has no such property: Ray's own default for async actors.
             max_concurrency=compat.replica_max_concurrency(self, _RAY_ASYNC_MAX_CONCURRENCY),
         ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
         await server.weight_info.remote()  # fail here, not at the first request, if it cannot start
@@ -71,8 +71,8 @@ class CPURolloutReplica(RolloutReplica):
         return False
 
     def get_ray_class_with_init_args(self):
-        # verl 0.7.0 declares it abstract (verl/workers/rollout/replica.py:179), so a replica class must name it;
-        # 0.7.1+ builds verl's CheckpointEngineWorker there (replica.py:211), which shared rollout's colocated
+        # verl 0.7.0 declares it abstract (verl/workers/rollout/replica.py), so a replica class must name it;
+        # 0.7.1+ builds verl's CheckpointEngineWorker there, which shared rollout's colocated
         # replicas use. Only colocated and standalone replicas call it: the CPU dry run on 0.7 is hybrid.
         return super().get_ray_class_with_init_args()
 

@@ -17,9 +17,9 @@
   ``_ROLLOUT_REGISTRY`` (the worker-side class, by ``(name, mode)``) and ``verl/workers/rollout/replica.py``
   ``RolloutReplicaRegistry`` (the trainer-side replica). One seam each, so either module may load first.
 * ``wrap_file_logger_log`` -- verl 0.7.0's ``FileLogger.log`` writes ``json.dumps`` of the metrics
-  (``tracking.py:250``) and so fails on the tensors and numpy scalars its own ``fit`` logs
-  (``ray_trainer.py:1139``; 0.7.1 fixed both); the dry run reads every step from that file, so in CPU mode the
-  logger gets them as plain numbers.
+  (``tracking.py``) and so fails on the tensors and numpy scalars its own ``fit`` logs (``ray_trainer.py``,
+  ``RayPPOTrainer._balance_batch``'s ``log_seqlen_unbalance`` stats; 0.7.1 fixed both); the dry run reads
+  every step from that file, so in CPU mode the logger gets them as plain numbers.
 * ``wrap_replay_buffer_init`` -- verl 0.9's v1 trainer waits for finished rollouts by polling TransferQueue
   every ``ReplayBuffer.poll_interval`` seconds, 2.0 and not set from the config, so ``timing_s/gen`` comes in
   multiples of 2 s; in CPU mode the buffer polls every ``CPU_POLL_S`` (a GPU run keeps verl's 2 s;

@@ -25,17 +25,36 @@ critic's update therefore need not sit on the step's path. With ``defer_critic``
 5. A failure of the update is raised on the trainer's thread at the next point it passes (every
    seam here and in the overlaps), naming the role, the pool and the step. Should the trainer sit
    in one long call instead (a GPU generation), it is interrupted and ``fit`` raises the failure, or,
-   where that cannot land, the process is ended (``failure_exit.py``), so a run never burns its GPUs
-   on a dead critic.
+   where that cannot land, the process is ended (below), so a run never burns its GPUs on a dead critic.
 
 Exactness: the critic's update reads only step k's batch, already sent; values(k+1) runs after it;
 the checkpoint after it. So the numbers are those of the same run without the deferral.
+
+How a run ends when the update fails while the trainer sits in one long call (step 5): the failure is raised on
+the trainer's thread at the next seam it passes, and a GPU generation can last minutes with none, so from the
+failure on (``watch_failure``, on the critic's thread):
+
+1. ``INTERRUPT_AFTER_S`` later, if it has not been raised, the trainer's thread is interrupted: verl runs ``fit``
+   on the main thread of its TaskRunner actor, and ``_thread.interrupt_main`` lands there as a KeyboardInterrupt
+   even inside ``ray.get``, which returns to Python for it (measured in a Ray 2.60 actor: 2 s into a 30 s
+   ``ray.get``, also with SIGINT ignored where the run was launched: Ray's worker has Python's own handler; a real
+   SIGINT sent to that thread did nothing). ``deferral_hooks.wrap_fit`` turns it into the failure
+   (``interrupted_for``), so the run ends as any verl failure does: the driver's ``ray.get`` raises, and Ray tears
+   down the workers and the rollout servers.
+2. ``ABORT_AFTER_S`` later, if it still has not been raised (a trainer off the main thread, SIGINT ignored), the
+   process is ended (``os._exit``), the step's held metrics logged first; the last checkpoint is intact.
+
+Both inside the 30 s a run has to stop. Once ``fit`` has ended, by the failure or otherwise, both are cancelled
+(``cancel_exit_timers``, from ``deferral_hooks.wrap_fit``): a run already tearing down is neither interrupted nor
+ended.
 """
 
 from __future__ import annotations
 
+import _thread
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -45,9 +64,15 @@ from typing import Any
 from verl_split.core import metric_names as names
 from verl_split.core.errors import UpdateFailedError
 from verl_split.runtime.metrics import tracking
-from verl_split.runtime.overlap import failure_exit, held_records, lanes
+from verl_split.runtime.overlap import held_records, lanes
 
 logger = logging.getLogger("verl_split.deferral")
+
+#: Seconds after a failed deferred update before the trainer's thread is interrupted, if it has not
+#: reached a point where it raises the failure itself.
+INTERRUPT_AFTER_S = 5.0
+#: Seconds after a failed deferred update before the process is ended, if the interrupt did not end the run.
+ABORT_AFTER_S = 25.0
 
 
 @dataclass
@@ -67,7 +92,7 @@ class _Deferred:
     join_ended: float = 0.0
     failure: UpdateFailedError | None = None
     raised: bool = False  # the failure reached the trainer's thread
-    interrupted: bool = False  # failure_exit sent the trainer's thread a KeyboardInterrupt
+    interrupted: bool = False  # _interrupt_if_unraised sent the trainer's thread a KeyboardInterrupt
     done: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -81,6 +106,7 @@ class _Deferred:
 
 
 _current: _Deferred | None = None
+_timers: list[threading.Timer] = []  # watch_failure's, until fit ends
 
 
 def current() -> _Deferred | None:
@@ -130,7 +156,7 @@ def launch(step: Any, stock_update_critic: Callable[..., Any], args: tuple, kwar
         return value
     deferred = _Deferred(step, args, kwargs, private, result, threading.current_thread())
     deferred.kept = adapter.kept_batch(args, kwargs)
-    result.add_done_callback(lambda _: failure_exit.watch(deferred, _failure))
+    result.add_done_callback(lambda _: watch_failure(deferred))
     _current = deferred
     return adapter.placeholder(args, kwargs)
 
@@ -230,6 +256,61 @@ def _finish(deferred: _Deferred, value: Any, where: str) -> None:
     for clear in deferred.postponed:
         clear()
     deferred.postponed.clear()
+
+
+# -- a failure while the trainer sits in one long call: interrupt it, else end the process ---------
+def watch_failure(deferred: _Deferred) -> None:
+    """On the critic's thread, when its update ends: if it failed, make sure the run ends."""
+    exc = deferred.result.exception()
+    if exc is None:
+        return
+    deferred.failure = deferred.failure or _failure(deferred, exc)
+    logger.error("verl-split: %s", deferred.failure)
+    for delay, then in ((INTERRUPT_AFTER_S, _interrupt_if_unraised), (ABORT_AFTER_S, _abort_if_unraised)):
+        timer = threading.Timer(delay, then, args=(deferred,))
+        timer.daemon = True
+        _timers.append(timer)
+        timer.start()
+
+
+def cancel_exit_timers() -> None:
+    """``fit`` has ended: stop the timers ``watch_failure`` started."""
+    while _timers:
+        _timers.pop().cancel()
+
+
+def interrupted_for(deferred: _Deferred | None, exc: BaseException) -> UpdateFailedError | None:
+    """The deferred failure that ``exc`` (a KeyboardInterrupt) was sent to raise, if ``watch_failure`` sent it."""
+    if isinstance(exc, KeyboardInterrupt) and deferred is not None and deferred.interrupted:
+        deferred.raised = True
+        return deferred.failure
+    return None
+
+
+def _interrupt_if_unraised(deferred: _Deferred) -> None:
+    if deferred.raised or deferred.trainer_thread is not threading.main_thread():
+        return
+    logger.error(
+        "verl-split: the trainer has been in one call for %.0fs since the critic's update failed; interrupting it "
+        "so that the run stops (its last checkpoint is intact).",
+        INTERRUPT_AFTER_S,
+    )
+    deferred.interrupted = True
+    _thread.interrupt_main()  # a KeyboardInterrupt on the main thread; wrap_fit turns it into the failure
+
+
+def _abort_if_unraised(deferred: _Deferred) -> None:
+    if deferred.raised:
+        return
+    logger.error(
+        "verl-split: %s The trainer has been in one call for %.0fs since; ending this process so that the run "
+        "stops (its last checkpoint is intact).",
+        deferred.failure,
+        ABORT_AFTER_S,
+    )
+    held_records.flush_without_critic()
+    logging.shutdown()
+    os._exit(1)
 
 
 # -- the step's record for verl's tracker ------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 from verl_split.core.errors import UpdateFailedError
 from verl_split.plugin.args import get_argument
-from verl_split.runtime.overlap import deferral, failure_exit, held_records
+from verl_split.runtime.overlap import deferral, held_records
 
 
 def wrap_kv_clear(wrapped, instance, args, kwargs):
@@ -49,7 +49,7 @@ def wrap_fit(wrapped, trainer, args, kwargs):
     try:
         result = _fit_and_join(wrapped, args, kwargs)
     finally:
-        failure_exit.cancel()  # fit is over: a run tearing down is not interrupted or ended from here
+        deferral.cancel_exit_timers()  # fit is over: a run tearing down is not interrupted or ended from here
     return result
 
 
@@ -62,7 +62,7 @@ def _fit_and_join(wrapped, args, kwargs):
             raise failure from exc
         raise
     except BaseException as exc:  # Ctrl-C, SystemExit: do not wait for the critic, keep the step's metrics
-        failure = failure_exit.interrupted_for(deferral.current(), exc)  # or ours, sent to end a failed run
+        failure = deferral.interrupted_for(deferral.current(), exc)  # or ours, sent to end a failed run
         if failure is not None:
             held_records.flush_without_critic()
             raise failure from exc

@@ -88,8 +88,8 @@ SEAMS: tuple[Seam, ...] = (
         wraps=_updates("RayPPOTrainer", "V0Adapter", _LEGACY + "make_update_critic_wrapper"),
     ),
     *(
-        # 0.7's two legacy critics: FSDP's, and Megatron's (main_ppo.py:195-197 picks it for every
-        # critic.strategy=megatron run, whatever use_legacy_worker_impl says).
+        # 0.7's two legacy critics: FSDP's, and Megatron's (main_ppo.py's TaskRunner.add_critic_worker picks it
+        # for every critic.strategy=megatron run, whatever use_legacy_worker_impl says).
         Seam(
             name,
             target,

@@ -6,7 +6,7 @@ that has a spare, so the choice skips nodes that do not fit:
 
 1. In Ray's node order, (IP address, node id), each plan node takes the first node after the previous
    choice that fits it. verl numbers a pool's workers by sorting its placement groups by node IP
-   (``sort_placement_group_by_node_ip``, ``verl/single_controller/ray/base.py:70-87``, a stable sort by
+   (``sort_placement_group_by_node_ip`` in ``verl/single_controller/ray/base.py``, a stable sort by
    IP string), so an in-order choice keeps every pool's ranks in plan order, and the same cluster in
    the same state gives the same choice.
 2. When no in-order choice exists (a light plan node late in the plan, the only node with room for it

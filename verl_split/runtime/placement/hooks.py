@@ -41,16 +41,18 @@ def wrap_get_ppo_ray_runtime_env(wrapped, instance, args, kwargs):
 
 def check_config(config: Any) -> None:
     """Plan a PPO config's placement; stop the launching process with the planner's message."""
-    from verl_split.placement import plan_from_config, select_key
+    from verl_split.placement import job_from_config, plan_from_config
+    from verl_split.placement.job_config import is_trainer_config
 
-    if config is None or select_key(config, "actor_rollout_ref") is None or select_key(config, "trainer") is None:
+    if config is None or not is_trainer_config(config):
         return
 
     from verl_split.placement.deferral_capacity import check_deferral_capacity
 
     try:
+        job = job_from_config(config)  # the config read once, for the plan and the deferral's check
         # What the deferred critic update keeps resident: a v1 run that would overflow TransferQueue stops here.
-        warning = check_deferral_capacity(config, plan_from_config(config), settings.current().defer_critic)
+        warning = check_deferral_capacity(job, plan_from_config(job), settings.current().defer_critic)
     except PlacementError as exc:
         ray = sys.modules.get("ray")
         if ray is not None and ray.is_initialized():
@@ -63,7 +65,7 @@ def check_config(config: Any) -> None:
     from verl_split.placement import shared_rollout_from_config
     from verl_split.plugin import activation
 
-    if shared_rollout_from_config(config):
+    if shared_rollout_from_config(job):
         try:
             activation.require("shared_rollout")
         except VerlSplitError as exc:

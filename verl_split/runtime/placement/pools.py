@@ -42,7 +42,7 @@ from verl.single_controller.ray.base import RayResourcePool
 
 try:
     from verl.single_controller.ray.base import ResourcePoolManager
-except ImportError:  # verl 0.7.0 keeps it in verl/trainer/ppo/ray_trainer.py:70 (0.7.1 moved it to base.py)
+except ImportError:  # verl 0.7.0 keeps it in verl/trainer/ppo/ray_trainer.py (0.7.1 moved it to base.py)
     from verl.trainer.ppo.ray_trainer import ResourcePoolManager
 
 from verl_split.core import compat

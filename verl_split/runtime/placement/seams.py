@@ -15,7 +15,7 @@ V1 = "verl.trainer.ppo.v1.trainer_base"
 V1_TRAINER = "PPOTrainer."  # verl/trainer/ppo/v1/trainer_base.py
 V0_TRAINER = "RayPPOTrainer."  # verl/trainer/ppo/ray_trainer.py
 
-#: verl 0.7.1 moved ResourcePoolManager to single_controller/ray/base.py; 0.7.0 has it in ray_trainer.py:70.
+#: verl 0.7.1 moved ResourcePoolManager to single_controller/ray/base.py; 0.7.0 has it in trainer/ppo/ray_trainer.py.
 _RPM = "verl.single_controller.ray.base|verl.trainer.ppo.ray_trainer:ResourcePoolManager"
 _POOL = "verl.single_controller.ray.base:RayResourcePool"
 #: pools.py: a ResourcePoolManager subclass and a node-pinned RayResourcePool (bundle shape copied).

@@ -31,11 +31,11 @@ from collections import Counter, deque
 from typing import Any
 
 # verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
-# (llm_server.py:36); 0.9.0 and main@1dda039 define it here (llm_server.py:46). Both keep its state in
+# (an import at llm_server.py's top); 0.9.0 and main@1dda039 define it here. Both keep its state in
 # _servers, _inflight_requests and _request_id_to_server (read below).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
-# verl 0.8.0 defines it as a Ray actor class (@ray.remote, llm_server.py:43), which Ray does not let a class
+# verl 0.8.0 defines it as a Ray actor class (@ray.remote, in llm_server.py), which Ray does not let a class
 # inherit from: the plain class under it, the one 0.9 defines.
 VerlBalancer: type = getattr(GlobalRequestLoadBalancer, "__ray_actor_class__", GlobalRequestLoadBalancer)
 

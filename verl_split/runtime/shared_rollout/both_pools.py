@@ -235,8 +235,8 @@ class BothPoolsCheckpointManager:
         self._on_shared("waking up", self.shared.wake_up_replicas)
 
     def abort_replicas(self, *args: Any, **kwargs: Any) -> None:
-        # Passed on as given: 0.9.1 takes reject_request (checkpoint_engine/base.py:477), 0.9.0 and
-        # main@1dda039 take nothing (base.py:458). Only verl's async trainers call it.
+        # Passed on as given: 0.9.1 takes reject_request (CheckpointEngineManager.abort_replicas in
+        # checkpoint_engine/base.py), 0.9.0 and main@1dda039 take nothing. Only verl's async trainers call it.
         self.hybrid.abort_replicas(*args, **kwargs)
         self._on_shared("aborting requests", self.shared.abort_replicas, *args, **kwargs)
 

@@ -51,7 +51,7 @@ import ray
 from verl.utils.ray_utils import auto_await
 
 # verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
-# (llm_server.py:36); 0.9.0 and main@1dda039 define it here (llm_server.py:46). This module is imported
+# (an import at llm_server.py's top); 0.9.0 and main@1dda039 define it here. This module is imported
 # only when shared rollout is on (hooks.py); the preflight declares these names (seams.py).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
@@ -106,7 +106,7 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
         servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True)) | added
         # max_cache_size left to the class's default, DEFAULT_ROUTING_CACHE_SIZE (router.py on 0.9.1,
         # llm_server.py on 0.9.0 and 0.8.0): the value verl passes. full_determinism only when set: 0.8.0's
-        # balancer takes no such argument (llm_server.py:60) and its rollout config has no such key.
+        # balancer takes no such argument (its __init__, llm_server.py) and its rollout config has no such key.
         determinism = {"full_determinism": True} if getattr(rollout, "full_determinism", False) else {}
         balancer = (
             ray.remote(SharedRolloutBalancer)
@@ -128,8 +128,8 @@ def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
 def uses_verls_balancer(manager: Any) -> bool:
     """verl routes through its own ``GlobalRequestLoadBalancer``: no custom class, no router config.
 
-    0.9.1 keeps ``_load_balancer_cls`` None unless a class is passed (``llm_server.py:387``); 0.9.0 and
-    main@1dda039 store ``load_balancer_cls or GlobalRequestLoadBalancer`` (``llm_server.py:498``).
+    0.9.1 keeps ``_load_balancer_cls`` None unless a class is passed (``LLMServerManager.__init__`` in
+    ``llm_server.py``); 0.9.0 and main@1dda039 store ``load_balancer_cls or GlobalRequestLoadBalancer`` there.
     """
     cls = getattr(manager, "_load_balancer_cls", None)
     custom_class = cls is not None and cls is not GlobalRequestLoadBalancer

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl_split.core.citations import cite
 from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError
 
 
@@ -55,7 +56,7 @@ def never_started(trainer: Any) -> SharedRolloutError:
 
     return SharedRolloutError(
         f"shared rollout: {type(trainer).__name__}.init_workers() never asked its LLMServerManager for a client "
-        "(verl/trainer/ppo/ray_trainer.py hands one to the agent loop), where verl-split starts the critic "
+        f"({cite('trainer_gets_client')} hands one to the agent loop), where verl-split starts the critic "
         "pool's rollout replicas; this verl builds its rollout another way, which verl-split has not been adapted "
         f"to. Install a tested verl, or {SWITCH_OFF_HINT}."
     )

@@ -99,7 +99,7 @@ SEAMS: tuple[Seam, ...] = (
         "shared_rollout",
         compat.SHARED_ROLLOUT_V0,
         # RayPPOTrainer.init_workers asks for the client right after creating the manager and hands it to the
-        # agent loop's workers (ray_trainer.py:951-963 on 0.9.1, :942-955 on 0.8.0).
+        # agent loop's workers (verl/trainer/ppo/ray_trainer.py, 0.8.0 and 0.9.1).
         needs=("LLMServerManager.get_client", "LLMServerManager.global_load_balancer"),
         wraps=(Wrap("LLMServerManager.get_client", _HOOKS + "wrap_get_client"),),
     ),

@@ -1,10 +1,12 @@
 """``verl-split advise``: predict a PPO step's time under each placement from a job's own runs.
 
-``runs`` reads verl's per-step metrics into lanes (one pool's work in one phase; ``steps``: one step's),
-``model`` states and fits the cost model (``deferral``, ``shared`` and ``late_join``: the deferred critic
-update's, shared rollout's and both together's terms), ``candidates`` ranks the planner's placements,
-``reasons`` says why the first, ``defer_or_share`` picks the deferral, shared rollout or both, ``advice`` ties
-them together, ``render`` prints and plots, ``cli`` is the subcommand.
+``logs`` reads a run's log in any format (``console``: verl's console output, ``exports``: JSONL and CSV) and makes
+its steps uniform; ``runs`` reads them into lanes (one pool's work in one phase), with the job's config (``job``)
+and the run's layout (``layout``); ``requirements`` holds the planner's rules for the job, ``pool_memory`` the
+memory rule; ``model`` states and fits the cost model (``generation``: the generation lane by KV room and TP;
+``variants``: the ``+shared``, ``+defer`` and ``+shared+defer`` rows' terms); ``candidates`` ranks the planner's
+placements, ``reasons`` says why the first and which of the variants, ``advice`` ties them together, ``render``
+prints and plots, ``profile`` runs the job for ``--profile``, ``cli`` is the subcommand.
 """
 
 from verl_split.tools.advise.advice import Advice, advise

@@ -9,19 +9,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_split.placement import Cluster
-from verl_split.tools.advise import deferral as deferral_module
-from verl_split.tools.advise import late_join
 from verl_split.tools.advise.candidates import STOCK, Candidate, rank
-from verl_split.tools.advise.defer_or_share import Choice, choose
-from verl_split.tools.advise.deferral import DeferralCosts, deferral_costs
-from verl_split.tools.advise.generation_fit import generation_lane
-from verl_split.tools.advise.late_join import break_even_push
+from verl_split.tools.advise.generation import generation_lane
 from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
 from verl_split.tools.advise.pool_memory import MemoryRule, memory_rule
-from verl_split.tools.advise.reasons import caveat, reason
+from verl_split.tools.advise.reasons import Choice, caveat, choose, reason
 from verl_split.tools.advise.requirements import JobRequirements, job_requirements
 from verl_split.tools.advise.runs import LANE_MEANING, AdviseError, Run, read_run
-from verl_split.tools.advise.shared import TAG, SharedRolloutCosts, shared_rollout_costs
+from verl_split.tools.advise.variants import (
+    BOTH_TAG,
+    DEFER_PHASE,
+    DEFER_TAG,
+    SHARED_TAG,
+    DeferralCosts,
+    SharedRolloutCosts,
+    break_even_push,
+    deferral_costs,
+    shared_rollout_costs,
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class Advice:
     def break_even_push_s(self, candidate: Candidate) -> float:
         """The weight push under which an unranked shared-rollout variant would beat the recommendation
         (<= 0: not even free). With both switches on the push is off the step's path until the critic pool
-        joins, so it is not simply added: :func:`late_join.break_even_push`."""
+        joins, so it is not simply added: :func:`variants.break_even_push`."""
         target = self.recommended.prediction.step_s
         late = candidate.prediction.late
         return break_even_push(late, target) if late is not None else target - candidate.prediction.step_s
@@ -160,9 +165,9 @@ def advise(
     deferral = deferral_costs(runs)
     job = job_requirements(runs, model.has_critic, rollout_tp)
     reserved = max((run.max_reserved_gb for run in runs if run.max_reserved_gb is not None), default=None)
-    memory = memory_rule(job.config, gpu_gb, model_params, critic_params, reserved)
+    memory = memory_rule(job.view, gpu_gb, model_params, critic_params, reserved)
     ran = frozenset((run.colocated, run.actor_gpus, run.critic_gpus) for run in runs)
-    gen, gen_note = generation_lane(runs, job.config, memory, job.rollout_gpus, cluster.n_gpus_per_node)
+    gen, gen_note = generation_lane(runs, job.view, memory, job.rollout_gpus, cluster.n_gpus_per_node)
     if gen is not None:
         model = dataclasses.replace(model, lanes={**model.lanes, "gen": gen})  # type: ignore[dict-item]
     everything, rejected = rank(
@@ -234,15 +239,15 @@ def _assumptions(
         )
         where = f"where the critic pool holds whole rollout replicas of {rollout_tp} GPU(s) per node"
         lines.append(
-            f"shared rollout ({TAG} rows, {where}): generation on all A + C GPUs by the generation lane's model, "
-            f"so it saves at most gen(A) x C/(A+C) against the same split ({bound}); plus the weight push to the "
-            f"critic pool's replicas, {_seconds(shared.push_s)} per step ({shared.push_source}), and the critic's "
-            f"offload and reload, {_seconds(shared.offload_s)} ({shared.offload_source}), both on the step's "
-            "critical path. Predicted only: shared rollout has not been measured on GPUs by us"
+            f"shared rollout ({SHARED_TAG} rows, {where}): generation on all A + C GPUs by the generation lane's "
+            f"model, so it saves at most gen(A) x C/(A+C) against the same split ({bound}); plus the weight push "
+            f"to the critic pool's replicas, {_seconds(shared.push_s)} per step ({shared.push_source}), and the "
+            f"critic's offload and reload, {_seconds(shared.offload_s)} ({shared.offload_source}), both on the "
+            "step's critical path. Predicted only: shared rollout has not been measured on GPUs by us"
         )
     if deferral is not None:
         lines.append(
-            f"deferred critic update ({deferral_module.TAG} rows, {deferral_module.PHASE}): the update phase is the "
+            f"deferred critic update ({DEFER_TAG} rows, {DEFER_PHASE}): the update phase is the "
             "actor's update; the critic's update hides behind the actor's update, the weight sync "
             f"({deferral.sync_s:.2f} s: {deferral.sync_source}) and the next generation, and what exceeds them is "
             "waited for before values: prep = max(old_log_prob + ref, excess + values). Other work before values "
@@ -250,7 +255,7 @@ def _assumptions(
         )
     if shared is not None and deferral is not None:
         lines.append(
-            f"both ({late_join.TAG} rows, where the critic's update outlasts the actor's): the actor pool generates "
+            f"both ({BOTH_TAG} rows, where the critic's update outlasts the actor's): the actor pool generates "
             "at once; the critic pool joins when the rest of its update and the push are done, j = max(0, "
             "critic_update - actor_update - weight sync) + push into generation, and generates the rest at the "
             "shared-rollout model's rate: gen = gen(A) if gen(A) <= j (it never joins; what is left of its update "

@@ -7,13 +7,12 @@ split into two node groups (``actor,rollout,ref:0-15;critic:16-31``). Placements
 the same GPU counts get the same prediction (the model does not see which node a GPU is on): the first
 is kept, the others are listed beside it.
 
-Given shared rollout's costs, every split also gets its ``+shared`` variant (:mod:`verl_split.tools.advise.shared`)
-where the critic pool holds whole rollout replicas. A variant whose weight push is not known is not ranked:
-its step is a lower bound, listed after the ranking, and never recommended. Given the deferral's weight sync,
-split whose critic update outlasts its actor update also gets its ``+defer`` variant
-(:mod:`verl_split.tools.advise.deferral`): the critic's update deferred into the next step; and, given both,
-its ``+shared+defer`` variant (:mod:`verl_split.tools.advise.late_join`): both switches on, the critic pool
-joining generation when its update is done.
+Given shared rollout's costs, every split also gets its ``+shared`` variant where the critic pool holds whole
+rollout replicas. A variant whose weight push is not known is not ranked: its step is a lower bound, listed after
+the ranking, and never recommended. Given the deferral's weight sync, a split whose critic update outlasts its
+actor update also gets its ``+defer`` variant: the critic's update deferred into the next step; and, given both,
+its ``+shared+defer`` variant: both switches on, the critic pool joining generation when its update is done
+(the variants' terms: :mod:`verl_split.tools.advise.variants`).
 """
 
 from __future__ import annotations
@@ -23,12 +22,9 @@ from typing import Any
 
 from verl_split.core.errors import PlacementError
 from verl_split.placement import CRITIC_POOL, Cluster, ParallelSize, Requirements, plan_placement
-from verl_split.tools.advise import deferral as deferral_module
-from verl_split.tools.advise import late_join
-from verl_split.tools.advise.deferral import DeferralCosts
 from verl_split.tools.advise.model import OVERLAPS, CostModel, Prediction, predict
 from verl_split.tools.advise.pool_memory import MemoryRule
-from verl_split.tools.advise.shared import TAG, SharedRolloutCosts
+from verl_split.tools.advise.variants import BOTH_TAG, DEFER_TAG, SHARED_TAG, DeferralCosts, SharedRolloutCosts
 
 STOCK = "all"
 
@@ -69,10 +65,10 @@ class Candidate:
     @property
     def name(self) -> str:
         if self.both:
-            return f"{self.placement} {late_join.TAG}"
+            return f"{self.placement} {BOTH_TAG}"
         if self.deferred:
-            return f"{self.placement} {deferral_module.TAG}"
-        return f"{self.placement} {TAG}" if self.shared_rollout else self.placement
+            return f"{self.placement} {DEFER_TAG}"
+        return f"{self.placement} {SHARED_TAG}" if self.shared_rollout else self.placement
 
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
@@ -185,7 +181,7 @@ def rank(
                 plan_placement(name, cluster, requirements, shared_rollout=True)
                 fits.append(name)
             except PlacementError as exc:
-                rejected.append((f"{name} {TAG}", str(exc)))
+                rejected.append((f"{name} {SHARED_TAG}", str(exc)))
         if fits:
             prediction = predict(model, actor_gpus, critic_gpus, colocated=False, overlaps=overlaps, shared=shared)
             candidates.append(candidate(fits, prediction))

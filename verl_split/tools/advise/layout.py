@@ -23,7 +23,7 @@ from typing import Any
 
 from verl_split.core import metric_names as names
 from verl_split.core.errors import PlacementError, VerlSplitError
-from verl_split.placement import CRITIC_POOL, Cluster, Requirements, plan_placement
+from verl_split.placement import CRITIC_POOL, Cluster, Job, Requirements, job_from_config, plan_placement
 from verl_split.tools.advise.exports import AdviseError
 
 CONFIG = "the config printed at start-up"
@@ -43,28 +43,28 @@ class RunLayout:
     notes: tuple[str, ...] = ()
 
 
-def config_cluster(config: Mapping[str, Any] | None) -> Cluster | None:
-    trainer = config.get("trainer") if isinstance(config, Mapping) else None
-    if not isinstance(trainer, Mapping):
+def config_cluster(job: Job | None) -> Cluster | None:
+    """The cluster the job's config gives (``trainer.nnodes`` x ``trainer.n_gpus_per_node``), None when it does not."""
+    if job is None:
         return None
-    nnodes, per_node = trainer.get("nnodes"), trainer.get("n_gpus_per_node")
+    nnodes, per_node = job.trainer.nnodes, job.trainer.n_gpus_per_node
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (nnodes, per_node)):
         return None
     return Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
 
 
-def planned_pools(config: Mapping[str, Any], cluster: Cluster) -> tuple[tuple[int, int, bool] | None, str | None]:
+def planned_pools(job: Job, cluster: Cluster) -> tuple[tuple[int, int, bool] | None, str | None]:
     """The pools of the config's ``split_placement`` on the run's cluster: ((actor, critic, colocated), None),
     (None, why not), or (None, None) without the block."""
-    if not isinstance(config.get("split_placement"), Mapping):
+    if not isinstance(job.split.block, Mapping):
         return None, None
     from verl_split.placement.verl_config import placement_from_config, requirements_from_config
 
     try:
-        needs = requirements_from_config(config)
+        needs = requirements_from_config(job)
         # The run has run: only its pool sizes matter here, not whether its batch or parallel sizes fit them.
         roles = Requirements(needs.critic, needs.critic_reason, needs.reward, needs.reward_own_pool)
-        plan = plan_placement(placement_from_config(config, env_value=""), cluster, roles)
+        plan = plan_placement(placement_from_config(job, env_value=""), cluster, roles)
     except (PlacementError, VerlSplitError, ValueError) as exc:
         return None, f"its split_placement block could not be planned on {cluster.describe()}: {exc}"
     critic = next((pool for pool in plan.pools if pool.name == CRITIC_POOL), None)
@@ -78,9 +78,11 @@ def run_layout(
 ) -> RunLayout:
     """The run's layout from its last steady step's metrics, its config and the flags; AdviseError on a clash.
 
-    ``config``: the printed config, or the overrides the log's command echoed (``config_source`` says which).
+    ``config``: the printed config, or the overrides the log's command echoed (``config_source`` says which),
+    read once into the job's view.
     """
-    logged = config_cluster(config)
+    job = None if config is None else job_from_config(config)
+    logged = config_cluster(job)
     cluster, cluster_source = (logged, config_source) if logged is not None else (flags, FLAGS)
     notes = []
     if logged is not None and (logged.nnodes, logged.n_gpus_per_node) != (flags.nnodes, flags.n_gpus_per_node):
@@ -88,7 +90,7 @@ def run_layout(
             f"trained on {logged.describe()} ({config_source}); advising for {flags.describe()} (the flags): "
             "the fit is per pool size"
         )
-    planned, why_not = planned_pools(config, cluster) if config is not None else (None, None)
+    planned, why_not = planned_pools(job, cluster) if job is not None else (None, None)
     if why_not:
         notes.append(why_not)
     actor, critic = _number(step.get(names.ACTOR_POOL_GPUS)), _number(step.get(names.CRITIC_POOL_GPUS))
@@ -124,7 +126,7 @@ def run_layout(
         asked = "one pool" if planned[2] else f"{planned[0]} actor + {planned[1]} critic GPUs"
         ran = "one pool" if colocated else f"{a} actor + {c} critic GPUs"
         raise AdviseError(
-            f"{name}: {config_source} places the run as {asked} ({config['split_placement']} on "
+            f"{name}: {config_source} places the run as {asked} ({job.split.block} on "
             f"{cluster.describe()}), but its metrics say it trained on {ran} ({METRICS}). Check that the file "
             "holds one run; advise trusts neither when they disagree."
         )

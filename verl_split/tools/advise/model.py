@@ -16,16 +16,16 @@ Composition (HybridFlow's ``d_cost``, EuroSys'25 §6, with the overlaps verl-spl
   Generation runs on the actor pool only, so the critic pool idles through it. An overlap switched off
   (``VERL_SPLIT_OVERLAP``) turns its ``max`` into a sum.
 
-* split with shared rollout (rollout replicas on the critic pool too, :mod:`verl_split.tools.advise.shared`)::
+* split with shared rollout (rollout replicas on the critic pool too, :mod:`verl_split.tools.advise.variants`)::
 
       gen(A + C) + max(...) + max(...) + fixed + weight push + critic offload
 
-* split with the critic's update deferred into the next step (:mod:`verl_split.tools.advise.deferral`)::
+* split with the critic's update deferred into the next step (:mod:`verl_split.tools.advise.variants`)::
 
       gen(A) + max([old_log_prob+ref](A), excess + values(C)) + actor_update(A) + fixed
       excess = max(0, critic_update(C) - (actor_update(A) + weight sync + gen(A)))
 
-* split with both (:mod:`verl_split.tools.advise.late_join`): the actor pool generates at once, the critic
+* split with both (:mod:`verl_split.tools.advise.variants`): the actor pool generates at once, the critic
   pool joins when the rest of its update and the push are done, ``j = max(0, e - sync) + push`` into
   generation with ``e = max(0, critic_update(C) - actor_update(A))``::
 
@@ -46,10 +46,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verl_split.tools.advise.deferral import DeferralCosts, DeferredCritic, defer
-from verl_split.tools.advise.late_join import LateJoin
 from verl_split.tools.advise.runs import LANE_POOL, LANES, AdviseError, Run
-from verl_split.tools.advise.shared import SharedRolloutCosts
+from verl_split.tools.advise.variants import DeferralCosts, DeferredCritic, LateJoinStep, SharedRolloutCosts, defer
 
 #: The overlaps verl-split performs with ``VERL_SPLIT_OVERLAP=on`` (the default).
 OVERLAPS = frozenset({"updates", "prep"})
@@ -177,7 +175,7 @@ class Prediction:
     #: Set when the critic's update is deferred into the next step: what hides and what is waited for.
     deferred: DeferredCritic | None = None
     #: Set with both (shared rollout and the deferral): the critic pool joins generation late.
-    late: LateJoin | None = None
+    late: LateJoinStep | None = None
 
     @property
     def actor_busy_s(self) -> float:
@@ -204,7 +202,8 @@ def predict(
     ``shared``: the critic pool generates too (a split only), at these push and offload costs.
     ``deferral``: the critic's update runs on into the next step (a split with a critic update only).
     Both, where the critic's update outlasts the actor's: the critic pool joins generation late
-    (:mod:`verl_split.tools.advise.late_join`); elsewhere nothing runs on at the sync, as ``shared`` alone.
+    (:class:`verl_split.tools.advise.variants.LateJoinStep`); elsewhere nothing runs on at the sync, as ``shared``
+    alone.
     """
     if colocated:
         critic_gpus, shared = actor_gpus, None
@@ -265,7 +264,7 @@ def _late_join(
     deferral: DeferralCosts,
 ) -> Prediction:
     """A split step with shared rollout and the deferral both on: the critic pool joins generation late."""
-    late = LateJoin(
+    late = LateJoinStep(
         actor_update_s=lanes.get("actor_update", 0.0),
         critic_update_s=lanes["critic_update"],
         gen_alone_s=lanes["gen"],

@@ -27,14 +27,12 @@ GPU's size, not its size).
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from verl_split.placement.config_keys import select_key
-from verl_split.placement.megatron_config import MODEL_PREFIX, strategy_of, uses_reference
+from verl_split.placement.job import Job
+from verl_split.placement.job_config import as_job
 from verl_split.placement.memory import CONTEXT_GB_PER_PROCESS
 from verl_split.placement.train_state import GIB, State, role_state
 
@@ -64,7 +62,7 @@ class PoolNeed:
 
 @dataclass(frozen=True)
 class MemoryRule:
-    config: Mapping[str, Any]
+    job: Job  # the job's view, read from its config
     actor_params: float | None
     critic_params: float | None
     params_source: str
@@ -73,7 +71,7 @@ class MemoryRule:
     runs_reserved_gb: float | None = None
 
     def needs(self, actor_gpus: int, critic_gpus: int, colocated: bool) -> list[PoolNeed]:
-        roles = ["actor", *(["ref"] if uses_reference(self.config) else []), "critic"]
+        roles = ["actor", *(["ref"] if self.job.uses_reference else []), "critic"]
         if colocated:
             return [self._pool("one pool", actor_gpus, roles, rollout=True)]
         actor_side = [r for r in roles if r != "critic"]
@@ -110,8 +108,8 @@ class MemoryRule:
             moments.append((total, f"the {role}'s update", parts))
         generation = share = None
         if rollout:
-            key = "actor_rollout_ref.rollout.gpu_memory_utilization"
-            share = float(select_key(self.config, key, DEFAULT_VLLM_SHARE))
+            share = self.job.rollout.gpu_memory_utilization
+            share = DEFAULT_VLLM_SHARE if share is None else share
             generation = sum(s.gb or 0.0 for s in resident.values()) + contexts
         total, moment, parts = max(moments)
         return PoolNeed(name, gpus, total, moment, f"{parts} + CUDA/NCCL {contexts:g} GiB", generation, share)
@@ -120,37 +118,33 @@ class MemoryRule:
         return self.critic_params if role == "critic" else self.actor_params
 
     def _state(self, role: str, gpus: int, loaded: bool) -> State:
-        config = self.config
+        job = self.job
         if loaded:  # the update loads back what the config offloads between calls
-            state = role_state(config, role, gpus, self._params(role))
-            config = copy.deepcopy(dict(config))
-            for key in state.offload_keys:
-                _set(config, key, False)
-        return role_state(config, role, gpus, self._params(role), exporting=loaded)
+            job = job.with_offload(role, param=False, optimizer=False)
+        return role_state(job, role, gpus, self._params(role), exporting=loaded)
 
     def _fsdp_grads_gb(self, role: str, gpus: int) -> float:
         """FSDP's gradients during the update: the parameters' bytes, sharded like them (Megatron's grad buffer
         is in its state already). The whole state less the optimizer alone is the parameters' share."""
-        if strategy_of(self.config, role) == "megatron" or self._params(role) is None:
+        if self.job.role(role).mesh is not None or self._params(role) is None:
             return 0.0
         whole = self._state(role, gpus, loaded=True)
-        keys = whole.offload_keys
-        config = copy.deepcopy(dict(self.config))
-        for key in keys:
-            _set(config, key, key.endswith("param_offload"))
-        optimizer_only = role_state(config, role, gpus, self._params(role))
+        optimizer_only = role_state(
+            self.job.with_offload(role, param=True, optimizer=False), role, gpus, self._params(role)
+        )
         return ((whole.gb or 0.0) - (optimizer_only.gb or 0.0)) if whole.gb is not None else 0.0
 
 
 def memory_rule(
-    config: Mapping[str, Any] | None,
+    config: Job | Any | None,
     gpu_gb: float | None,
     actor_params: float | None = None,
     critic_params: float | None = None,
     runs_reserved_gb: float | None = None,
 ) -> MemoryRule:
-    """The rule for this job: the flags' sizes first, then each model's ``config.json``, then its name."""
-    config = config or {}
+    """The rule for this job: the flags' sizes first, then each model's ``config.json``, then its name.
+    ``config``: the job's view, or its config (as the log gives it) to read it from."""
+    job = as_job({} if config is None else config)
     sources = []
     sizes = {}
     for role, given in (("actor", actor_params), ("critic", critic_params)):
@@ -158,16 +152,16 @@ def memory_rule(
             sizes[role] = given
             sources.append(f"{role}: --{role}-params" if role == "critic" else "actor: --model-params")
             continue
-        state = role_state(config, role, 1, None) if _has_model(config, role) else None
-        if state is not None and state.params is not None:
-            sizes[role] = state.params
+        model = job.role(role).model
+        if model.path is not None and model.shape.params is not None:
+            sizes[role] = model.shape.params
             sources.append(f"{role}: its config.json")
             continue
-        named = params_from_name(select_key(config, f"{MODEL_PREFIX[role]}.path"))
+        named = params_from_name(model.path)
         sizes[role] = named
         sources.append(f"{role}: {'the size in its name' if named else 'unknown, pass --' + role + '-params'}")
     source = "--gpu-memory" if gpu_gb is not None else "not given (--gpu-memory)"
-    return MemoryRule(config, sizes["actor"], sizes["critic"], "; ".join(sources), gpu_gb, source, runs_reserved_gb)
+    return MemoryRule(job, sizes["actor"], sizes["critic"], "; ".join(sources), gpu_gb, source, runs_reserved_gb)
 
 
 def params_from_name(path: Any) -> float | None:
@@ -176,21 +170,6 @@ def params_from_name(path: Any) -> float | None:
         return None
     match = _NAME_SIZE_RE.search(path.rstrip("/").rsplit("/", 1)[-1])
     return float(match.group(1)) * 1e9 if match else None
-
-
-def _has_model(config: Mapping[str, Any], role: str) -> bool:
-    return select_key(config, f"{MODEL_PREFIX[role]}.path") is not None
-
-
-def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = config
-    for part in parents:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = node[part] = {}
-        node = child
-    node[leaf] = value
 
 
 __all__ = ["GIB", "MemoryRule", "PoolNeed", "memory_rule", "params_from_name"]

@@ -1,4 +1,7 @@
-"""What ``verl-split advise`` prints and draws: the measured runs, the model, the ranked candidates."""
+"""What ``verl-split advise`` prints and draws: the measured runs, the model, the ranked candidates, the
+recommendation; of the checks every layout passed, the job's rules as the planner read them, the memory rule
+and each layout refused with its reason; the plot of the predicted steps.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +9,11 @@ import os
 import textwrap
 
 from verl_split.dryrun.report import PHASE_COLORS
-from verl_split.tools.advise import deferral, late_join
 from verl_split.tools.advise.advice import Advice
 from verl_split.tools.advise.candidates import STOCK
 from verl_split.tools.advise.model import FIT_LINEAR
-from verl_split.tools.advise.render_checks import job_lines, memory_lines, refused_rows, rollout_tp_line
 from verl_split.tools.advise.runs import LANE_MEANING, LANE_POOL, LANES
-from verl_split.tools.advise.shared import TAG
+from verl_split.tools.advise.variants import BOTH_TAG, DEFER_OVERLAP, DEFER_PHASE, DEFER_TAG, SHARED_TAG
 
 WIDTH = 100
 
@@ -107,15 +108,15 @@ def render_text(advice: Advice) -> str:
     if advice.deferral is not None:
         rows = any(c.deferred for c in (*advice.candidates, *advice.unranked))
         out += _wrap(
-            f"{deferral.TAG}: the same split with the critic's update deferred into the next step "
-            f"(VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}): the update phase is the actor's update"
+            f"{DEFER_TAG}: the same split with the critic's update deferred into the next step "
+            f"(VERL_SPLIT_OVERLAP={DEFER_OVERLAP}): the update phase is the actor's update"
             + ("" if rows else "; no such row: no split's critic update outlasts its actor update"),
             "  ",
             "    ",
         )
     if any(c.both for c in (*advice.candidates, *advice.unranked)):
         out += _wrap(
-            f"{late_join.TAG}: both switches on: the actor pool generates at once, the critic pool joins when the "
+            f"{BOTH_TAG}: both switches on: the actor pool generates at once, the critic pool joins when the "
             "critic's update and the push are done (see assumed: below)",
             "  ",
             "    ",
@@ -127,9 +128,7 @@ def render_text(advice: Advice) -> str:
     best = advice.recommended
     shared = " with split_placement.shared_rollout=true" if best.shared_rollout else ""
     shared += (
-        (" and" if best.shared_rollout else " with") + f" {deferral.PHASE} in VERL_SPLIT_OVERLAP"
-        if best.deferred
-        else ""
+        (" and" if best.shared_rollout else " with") + f" {DEFER_PHASE} in VERL_SPLIT_OVERLAP" if best.deferred else ""
     )
     out.append(f"recommended: split_placement.placement={best.placement}{shared}")
     out += textwrap.wrap(f"because {advice.reason}", width=WIDTH, initial_indent="  ", subsequent_indent="  ")
@@ -139,7 +138,7 @@ def render_text(advice: Advice) -> str:
         out.append("  use it: run without VERL_SPLIT (stock verl)")
     else:
         env = " VERL_SPLIT_SHARED_ROLLOUT=1" if best.shared_rollout else ""
-        env += f" VERL_SPLIT_OVERLAP={deferral.OVERLAP_VALUE}" if best.deferred else ""
+        env += f" VERL_SPLIT_OVERLAP={DEFER_OVERLAP}" if best.deferred else ""
         out += _wrap(
             f"use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='{best.placement}'{env} python -m verl.trainer.main_ppo ...",
             "  ",
@@ -171,7 +170,7 @@ def _shared_rows(advice: Advice) -> list[str]:
     if shared is None:
         return []
     out = textwrap.wrap(
-        f"{TAG}: the same split with rollout replicas on the critic pool too (VERL_SPLIT_SHARED_ROLLOUT=1), "
+        f"{SHARED_TAG}: the same split with rollout replicas on the critic pool too (VERL_SPLIT_SHARED_ROLLOUT=1), "
         "generation on every GPU; predicted only, not measured on GPUs by us (see assumed: below)",
         width=WIDTH,
         initial_indent="  ",
@@ -180,7 +179,7 @@ def _shared_rows(advice: Advice) -> list[str]:
     if advice.unranked:
         best = advice.recommended.name
         could = [c for c in advice.unranked if advice.break_even_push_s(c) > 0]
-        tags = f"{TAG} and {late_join.TAG}" if any(c.both for c in advice.unranked) else TAG
+        tags = f"{SHARED_TAG} and {BOTH_TAG}" if any(c.both for c in advice.unranked) else SHARED_TAG
         out += textwrap.wrap(
             f"{tags} not ranked: the weight push is {shared.push_source}. "
             + (f"Would beat {best} if the push took under:" if could else f"None would beat {best}, even free."),
@@ -200,6 +199,101 @@ def _shared_rows(advice: Advice) -> list[str]:
     return out
 
 
+# -- the checks every layout passed: the job's rules, the memory rule, the refusals ----------------
+def job_lines(advice: Advice) -> list[str]:
+    """The rules every placement was planned with, where they came from, and notes on them."""
+    job = advice.job
+    if job is None:
+        return []
+    out = []
+    batch = job.requirements.batch
+    rules = [f"whole rollout replicas of {job.rollout_gpus} GPU(s) per node ({job.rollout_source})"]
+    if batch is not None:
+        rules.append(f"the batch split over each pool (verl {batch.family}'s {batch.rules} rules)")
+    if job.requirements.megatron:
+        rules.append("Megatron meshes of " + ", ".join(mesh.role for mesh in job.requirements.megatron))
+    out += _wrap("every placement is planned with the job's " + "; ".join(rules), "")
+    for note in job.notes:
+        out += _wrap(f"note: {note}", "  ")
+    out.append("")
+    return out
+
+
+def memory_lines(advice: Advice) -> list[str]:
+    """The recommended layout's memory per GPU at each pool's peak, or why it is not checked."""
+    rule = advice.memory
+    if rule is None:
+        return []
+    p = advice.recommended.prediction
+    needs = rule.needs(p.actor_gpus, p.critic_gpus, p.colocated)
+    known = [f"{n.pool} {n.need_gb:.1f} GiB at {n.moment}" for n in needs if n.need_gb is not None]
+    if not known:
+        return _wrap(f"memory: not estimated: {needs[0].parts}", "  ", "    ")
+    against = (
+        f"against {rule.gpu_gb:g} GiB ({rule.gpu_source})"
+        if rule.gpu_gb is not None
+        else "not checked: pass --gpu-memory"
+        + (
+            f" (the runs reserved up to {rule.runs_reserved_gb:.1f} GiB per GPU, a floor of its size)"
+            if rule.runs_reserved_gb is not None
+            else ""
+        )
+    )
+    text = f"memory per GPU: {'; '.join(known)} (activations not counted; {rule.params_source}), {against}"
+    out = _wrap(text, "  ", "    ")
+    for need in needs:
+        room = None if rule.gpu_gb is None else need.vllm_room(rule.gpu_gb)
+        if room is not None and need.vllm_share is not None and room < need.vllm_share:
+            out += _wrap(
+                f"at generation the {need.pool} keeps {need.generation_gb:.1f} GiB of training state per GPU: set "
+                f"actor_rollout_ref.rollout.gpu_memory_utilization to at most {room:.2f} there (the job has "
+                f"{need.vllm_share:g}), or offload",
+                "  ",
+                "    ",
+            )
+    return out
+
+
+def refused_rows(advice: Advice) -> list[str]:
+    """Each layout the planner refused, with the first line of its reason (``--json`` has the whole)."""
+    out = []
+    if advice.rejected:
+        out.append("  refused (the planner's rules, the memory rule; verl would not run them; --json has each whole):")
+    for name, why in advice.rejected:
+        out += _wrap(f"{name}: {short_reason(name, why)}", "    ", "      ")
+    return out
+
+
+def short_reason(name: str, why: str) -> str:
+    """The planner's reason in a sentence: without the placement's own name, its first sentence or bullet."""
+    lines = [line.strip() for line in why.strip().splitlines() if line.strip()]
+    text = lines[0] if lines else why
+    if text.endswith(":") and len(lines) > 1:  # a list of problems follows: the first says enough
+        text = f"{text} {lines[1].lstrip('- ')}"
+    head = text.split(": ", 1)
+    if len(head) == 2 and head[0].endswith(f"{name.split()[0]!r}"):
+        text = head[1]
+    sentence = text.split(". ", 1)[0]
+    return sentence if sentence.endswith(".") else sentence + "."
+
+
+def rollout_tp_line(advice: Advice) -> list[str]:
+    """The rollout TP the generation lane chose for the recommendation, when it differs from the job's."""
+    gen = advice.model.lanes.get("gen")
+    if gen is None or not hasattr(gen, "choose") or advice.job is None:
+        return []
+    p = advice.recommended.prediction
+    chosen = gen.choose(p.actor_gpus, p.colocated)
+    if chosen is None or chosen[0] == advice.job.rollout_gpus:
+        return []
+    return _wrap(
+        f"with actor_rollout_ref.rollout.tensor_model_parallel_size={chosen[0]} (the job has "
+        f"{advice.job.rollout_gpus}): the generation model finds it faster on this pool ({chosen[1]:.2f} s)",
+        "  ",
+        "    ",
+    )
+
+
 def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
     """A PNG: one bar per candidate, its predicted step stacked by phase, fastest first."""
     import matplotlib
@@ -209,10 +303,10 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
     from matplotlib.patches import Patch
 
     phases = (
-        ("gen", f"generation (actor pool; {TAG}: every GPU)"),
+        ("gen", f"generation (actor pool; {SHARED_TAG}: every GPU)"),
         ("prep", "old_log_prob + ref, values"),
         ("updates", "actor and critic updates"),
-        ("other", f"fixed: reward, advantages, weight sync, the rest ({TAG}: and the push, the offload)"),
+        ("other", f"fixed: reward, advantages, weight sync, the rest ({SHARED_TAG}: and the push, the offload)"),
     )
     candidates = advice.candidates
     fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 5.0))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from verl_split.core.errors import VerlSplitError
-from verl_split.placement import ParallelSize, Requirements, requirements_from_config
+from verl_split.placement import Job, ParallelSize, Requirements, job_from_config, requirements_from_config
 from verl_split.tools.advise.job import CONFIG, OVERRIDES
 from verl_split.tools.advise.runs import Run
 
@@ -32,6 +33,7 @@ class JobRequirements:
     config: dict[str, Any] | None  # the config the rules were read from (the flag applied), None: none
     config_source: str  # CONFIG, OVERRIDES or ""
     notes: tuple[str, ...] = ()
+    view: Job | None = None  # the job's view of ``config``, read once
 
     def to_json(self) -> dict[str, Any]:
         batch = self.requirements.batch
@@ -64,15 +66,18 @@ def job_requirements(runs: Sequence[Run], has_critic: bool, rollout_tp: int | No
         requirements = Requirements(has_critic, critic_reason, parallel=parallel)
         return JobRequirements(requirements, tp, source, None, "", tuple(notes))
     config = copy.deepcopy(found.job_config)
-    logged = _replica(config)
+    view = job_from_config(config)
+    logged = _replica(view)
     if rollout_tp is not None:
+        # The flag's replica, in the config handed on and in its view alike.
         _set(config, f"{ROLLOUT}.tensor_model_parallel_size", rollout_tp)
         for key in ("data_parallel_size", "pipeline_model_parallel_size"):
             _set(config, f"{ROLLOUT}.{key}", 1)
+        view = dataclasses.replace(view, rollout=dataclasses.replace(view.rollout, tp=rollout_tp, dp=1, pp=1))
         if logged is not None and logged != rollout_tp:
             notes.append(f"{FLAG} {rollout_tp} overrides the rollout replica of {logged} GPU(s) in {found.job_source}")
     try:
-        requirements = requirements_from_config(config)
+        requirements = requirements_from_config(view)
     except (VerlSplitError, ValueError, TypeError, KeyError) as exc:
         notes.append(f"{found.job_source} of {found.path} could not be read for the planner's rules ({exc})")
         tp = rollout_tp or logged or 1
@@ -90,25 +95,16 @@ def job_requirements(runs: Sequence[Run], has_critic: bool, rollout_tp: int | No
             "the job's settings come from the overrides its command echoed: what it left at verl's defaults is not "
             "known, and the planner checks only the keys it has"
         )
-    return JobRequirements(requirements, gpus, source, config, found.job_source, tuple(notes))
+    return JobRequirements(requirements, gpus, source, config, found.job_source, tuple(notes), view)
 
 
-def _replica(config: dict[str, Any]) -> int | None:
-    rollout = _get(config, ROLLOUT)
-    if not isinstance(rollout, dict) or not isinstance(rollout.get("tensor_model_parallel_size"), int):
+def _replica(view: Job) -> int | None:
+    """The replica the log's config asks for, unset or non-positive sizes 1; None without a rollout TP."""
+    rollout = view.rollout
+    if rollout.tp is None:
         return None
-    size = 1
-    for key in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
-        value = rollout.get(key, 1)
-        size *= value if isinstance(value, int) and value > 0 else 1
-    return size
-
-
-def _get(config: dict[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
+    sizes = (rollout.tp, rollout.dp, rollout.pp)
+    return math.prod(size if size is not None and size > 0 else 1 for size in sizes)
 
 
 def _set(config: dict[str, Any], dotted: str, value: Any) -> None:

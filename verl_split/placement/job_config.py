@@ -1,0 +1,307 @@
+"""Read verl's trainer config (OmegaConf or nested dicts) into the job's view (``placement.job``), once.
+
+The one reader of verl's keys (with ``megatron_config`` for a Megatron role's block): everything after reads
+the view's fields. Which keys a role's Ulysses size comes from, and so the view, depend on the verl family:
+
+* 0.9 runs its v1 trainer unless ``trainer.use_v1=false`` (``verl/trainer/main_ppo.py``); 0.8 runs
+  ``RayPPOTrainer`` on the engine workers; 0.7 its legacy ``fsdp_workers`` / ``megatron_workers`` unless
+  ``trainer.use_legacy_worker_impl=disable`` (0.7.1 ``main_ppo.py`` ``TaskRunner.add_actor_rollout_worker``).
+* 0.7's legacy workers read a role's own Ulysses key (``verl/workers/fsdp_workers.py``, the ``__init__`` of
+  ``ActorRolloutRefWorker`` and ``CriticWorker``). The engine workers read the engine block: the actor's config
+  copies its role-level key there when above 1 (``verl/workers/config/actor.py``
+  ``FSDPActorConfig.__post_init__``), the critic's never does (0.8.0 and 0.9.1 ``verl/workers/config/critic.py``
+  ``FSDPCriticConfig``: the role-level key is "[DEPRECATED]" and only validated), so there
+  ``critic.ulysses_sequence_parallel_size`` alone leaves the critic without SP.
+* The critic's FSDP block: 0.7's legacy ``CriticWorker`` reads ``critic.model.fsdp_config``, 0.8 and 0.9
+  ``critic.fsdp``. A config has one of the two.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.version import Version
+
+from verl_split.core import compat
+from verl_split.placement.config_keys import select_key
+from verl_split.placement.hf_config import shape_from_config
+from verl_split.placement.job import (
+    Algorithm,
+    Batch,
+    FsdpBlock,
+    Job,
+    Model,
+    RewardModel,
+    Role,
+    Rollout,
+    Split,
+    Trainer,
+    TransferQueue,
+)
+from verl_split.placement.megatron_config import MODEL_PREFIX, ROLE_PREFIX, mesh_of, strategy_of
+from verl_split.placement.model import ACTOR_MINI, BATCH_KEYS, BATCH_RULES, CRITIC_MINI, TRAIN_BATCH
+
+#: The families whose rules are known, oldest first.
+FAMILIES: tuple[str, ...] = compat.SUPPORTED_FAMILIES
+#: Where each role's FSDP engine block may live, the newest family's first.
+FSDP_BLOCKS: dict[str, tuple[str, ...]] = {
+    "actor": ("fsdp_config",),
+    "ref": ("fsdp_config",),
+    "critic": ("fsdp", "model.fsdp_config"),
+}
+ROLLOUT = "actor_rollout_ref.rollout"
+#: A rollout replica's sizes, and a Megatron model replica's.
+REPLICA_SIZES = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
+MODEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+STORAGE = "transfer_queue.backend.SimpleStorage"
+
+
+def job_from_config(config: Any, family: str | None = None) -> Job:
+    """The job of verl's trainer config; ``family``: whose rules apply ("0.7", "0.8", "0.9"), None the installed
+    verl's (the newest without one). An interpolation that cannot be resolved is a ``PlacementError`` naming it."""
+    asked = family or installed_family() or FAMILIES[-1]
+    known = _known_family(asked)
+    trainer = Trainer(
+        nnodes=select_key(config, "trainer.nnodes"),
+        n_gpus_per_node=select_key(config, "trainer.n_gpus_per_node"),
+        use_v1=select_key(config, "trainer.use_v1", True) is not False,
+        legacy_worker_impl=str(select_key(config, "trainer.use_legacy_worker_impl", "auto")),
+        v1_mode=str(select_key(config, "trainer.v1.trainer_mode", "sync")),
+        parameter_sync_step=select_key(config, "trainer.v1.sync.parameter_sync_step", 1),
+        profiler_steps=bool(select_key(config, "global_profiler.steps")),
+    )
+    rules = _rules(known, trainer)
+    models = {"actor": _model(config, "actor", False), "critic": _model(config, "critic", True)}
+    roles = {role: _role(config, role, rules, models.get(role, models["actor"])) for role in ROLE_PREFIX}
+    return Job(
+        family=known,
+        asked_family=asked,
+        rules=rules,
+        actor=roles["actor"],
+        ref=roles["ref"],
+        critic=roles["critic"],
+        rollout=_rollout(config),
+        reward_model=_reward_model(config),
+        trainer=trainer,
+        algorithm=_algorithm(config),
+        batch=_batch(config),
+        transfer_queue=_transfer_queue(config),
+        split=split_from_config(config),
+        uses_reference=bool(select_key(config, "algorithm.use_kl_in_reward", False))
+        or bool(select_key(config, "actor_rollout_ref.actor.use_kl_loss", False)),
+    )
+
+
+def _known_family(family: str) -> str:
+    """The tested family whose rules apply to ``family``: itself, else the newest for a newer verl (0.10 reads as
+    0.9, compared as versions: as strings "0.10" sorts below "0.9"), else the oldest."""
+    if family in FAMILIES:
+        return family
+    return FAMILIES[-1] if Version(family) > Version(FAMILIES[-1]) else FAMILIES[0]
+
+
+def as_job(config: Any, family: str | None = None) -> Job:
+    """``config``'s job: the view itself when it is one already (built for ``family``, when given)."""
+    if isinstance(config, Job):
+        if family is not None and family not in (config.family, config.asked_family):
+            raise ValueError(f"the job was read for verl {config.asked_family}'s rules, not {family}'s")
+        return config
+    return job_from_config(config, family)
+
+
+def is_trainer_config(config: Any) -> bool:
+    """A PPO trainer's config: it has verl's ``actor_rollout_ref`` and ``trainer`` sections."""
+    return select_key(config, "actor_rollout_ref") is not None and select_key(config, "trainer") is not None
+
+
+def split_from_config(config: Any) -> Split:
+    """The ``split_placement`` block alone (what the runtime's switches read, without the rest of the job)."""
+    if isinstance(config, Job):
+        return config.split
+    block = select_key(config, "split_placement")
+    return Split(
+        block=None if block is None else _plain(block),
+        shared_rollout=select_key(config, "split_placement.shared_rollout"),
+        ready_timeout_s=select_key(config, "split_placement.ready_timeout_s"),
+    )
+
+
+def installed_family() -> str | None:
+    version = compat.installed_version()
+    if version is None:
+        return None
+    try:
+        return compat.family_of(version)
+    except Exception:  # an unparsable version: the newest rules
+        return None
+
+
+def ulysses_keys(role: str, rules: str) -> tuple[str, ...]:
+    """The keys verl reads a role's Ulysses size from under ``rules`` (the module's docstring says why)."""
+    prefix = ROLE_PREFIX[role]
+    if rules == "legacy":
+        return (f"{prefix}.ulysses_sequence_parallel_size",)
+    block = f"{prefix}.{FSDP_BLOCKS[role][0]}.ulysses_sequence_parallel_size"
+    return (block,) if role == "critic" else (f"{prefix}.ulysses_sequence_parallel_size", block)
+
+
+def _rules(family: str, trainer: Trainer) -> str:
+    if compat.family_in(family, compat.V1_TRAINER):
+        rules = "v1" if trainer.use_v1 else "v0"
+    elif compat.family_in(family, compat.ENGINE_WORKERS):
+        rules = "v0"
+    else:
+        rules = "v0" if trainer.legacy_worker_impl == "disable" else "legacy"
+    assert rules in BATCH_RULES
+    return rules
+
+
+def _model(config: Any, role: str, value_head: bool) -> Model:
+    prefix = MODEL_PREFIX[role]
+    path = select_key(config, f"{prefix}.path")
+    return Model(
+        prefix=prefix,
+        path=path if isinstance(path, str) else None,
+        shape=shape_from_config(select_key(config, f"{prefix}.hf_config_path") or path, value_head=value_head),
+        lora_rank=max(_count(config, f"{prefix}.lora_rank") or 0, _count(config, f"{prefix}.lora.rank") or 0),
+        lora_merge=bool(select_key(config, f"{prefix}.lora.merge", False)),
+    )
+
+
+def _role(config: Any, role: str, rules: str, model: Model) -> Role:
+    prefix = ROLE_PREFIX[role]
+    strategy = str(select_key(config, f"{prefix}.strategy", "") or "")
+    mesh = mesh_of(config, role, model.shape) if strategy_of(config, role) == "megatron" else None
+    dynamic = {"actor": f"{prefix}.use_dynamic_bsz", "ref": f"{prefix}.log_prob_use_dynamic_bsz"}.get(role)
+    return Role(
+        name=role,
+        prefix=prefix,
+        model=model,
+        strategy=strategy,
+        mesh=mesh,
+        megatron_size=_product(config, f"{prefix}.megatron", MODEL_SIZES) if strategy == "megatron" else 1,
+        fsdp_blocks=tuple(_fsdp(config, f"{prefix}.{block}") for block in FSDP_BLOCKS[role]),
+        ulysses=tuple((key, _count(config, key)) for key in ulysses_keys(role, rules)),
+        ulysses_role_key=_count(config, f"{prefix}.ulysses_sequence_parallel_size"),
+        dynamic_bsz=bool(select_key(config, dynamic, False)) if dynamic else False,
+    )
+
+
+def _fsdp(config: Any, block: str) -> FsdpBlock:
+    return FsdpBlock(
+        key=block,
+        present=select_key(config, block) is not None,
+        size=_count(config, f"{block}.fsdp_size"),
+        model_dtype=str(select_key(config, f"{block}.model_dtype", "fp32")),
+        param_offload=bool(select_key(config, f"{block}.param_offload", False)),
+        optimizer_offload=bool(select_key(config, f"{block}.optimizer_offload", False)),
+    )
+
+
+def _rollout(config: Any) -> Rollout:
+    bucket = _number(config, f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes")
+    return Rollout(
+        name=_text(config, f"{ROLLOUT}.name"),
+        mode=_text(config, f"{ROLLOUT}.mode"),
+        tp=_count(config, f"{ROLLOUT}.tensor_model_parallel_size"),
+        dp=_count(config, f"{ROLLOUT}.data_parallel_size"),
+        pp=_count(config, f"{ROLLOUT}.pipeline_model_parallel_size"),
+        n=_count(config, f"{ROLLOUT}.n"),
+        gpu_memory_utilization=_number(config, f"{ROLLOUT}.gpu_memory_utilization"),
+        max_num_seqs=_count(config, f"{ROLLOUT}.max_num_seqs"),
+        log_prob_dynamic_bsz=bool(select_key(config, f"{ROLLOUT}.log_prob_use_dynamic_bsz", False)),
+        bucket_mb=2048.0 if bucket is None else bucket,
+        hybrid=select_key(config, "actor_rollout_ref.hybrid_engine", True) is not False,
+    )
+
+
+def _reward_model(config: Any) -> RewardModel:
+    rm = "reward.reward_model"
+    return RewardModel(
+        enabled=bool(select_key(config, f"{rm}.enable", False)),
+        own_pool=bool(select_key(config, f"{rm}.enable_resource_pool", False)),
+        replica=_product(config, f"{rm}.rollout", REPLICA_SIZES),
+    )
+
+
+def _algorithm(config: Any) -> Algorithm:
+    enable = select_key(config, "critic.enable")
+    inflight = _count(config, "algorithm.filter_groups.max_inflight_gen_batches")
+    return Algorithm(
+        critic_enable=None if enable is None else bool(enable),
+        adv_estimator=str(select_key(config, "algorithm.adv_estimator", "gae")),
+        filter_groups=bool(select_key(config, "algorithm.filter_groups.enable", False)),
+        max_inflight_gen_batches=inflight if inflight is not None and inflight > 0 else 1,
+    )
+
+
+def _batch(config: Any) -> Batch:
+    return Batch(
+        values=tuple((key, _count(config, key)) for key in BATCH_KEYS),
+        followers=_followers(config),
+        train_batch_set=select_key(config, TRAIN_BATCH) is not None,
+        max_prompt_length=_count(config, "data.max_prompt_length"),
+        max_response_length=_count(config, "data.max_response_length"),
+    )
+
+
+def _transfer_queue(config: Any) -> TransferQueue:
+    units = _count(config, f"{STORAGE}.num_data_storage_units")
+    return TransferQueue(
+        backend=str(select_key(config, "transfer_queue.backend.storage_backend", "SimpleStorage")),
+        capacity=_count(config, f"{STORAGE}.total_storage_size"),
+        units=units if units is not None and units > 0 else 1,
+    )
+
+
+def _followers(config: Any) -> tuple[tuple[str, str], ...]:
+    """Keys whose value is an interpolation of another batch key (verl's critic mini-batch follows the actor's)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(config, DictConfig):
+        return ()
+    found = []
+    for key in (CRITIC_MINI,):
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(config, parent)
+        if not isinstance(node, DictConfig) or leaf not in node or not OmegaConf.is_interpolation(node, leaf):
+            continue
+        raw = OmegaConf.to_container(node, resolve=False).get(leaf)
+        if isinstance(raw, str) and ACTOR_MINI in raw:
+            found.append((key, ACTOR_MINI))
+    return tuple(found)
+
+
+def _plain(value: Any) -> Any:
+    """An OmegaConf container as plain lists and dicts, interpolations resolved; anything else as is."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _product(config: Any, block: str, keys: tuple[str, ...]) -> int:
+    """The product of ``block``'s sizes ``keys``, unset sizes 1."""
+    total = 1
+    for key in keys:
+        size = _count(config, f"{block}.{key}")
+        total *= 1 if size is None else size
+    return total
+
+
+def _text(config: Any, key: str) -> str | None:
+    """A setting's text; None unset, or left mandatory (``???``: what a plain dict of an OmegaConf config keeps)."""
+    value = select_key(config, key)
+    return None if value is None or value == "???" else str(value)
+
+
+def _count(config: Any, key: str) -> int | None:
+    """A whole number (not a bool), else None."""
+    value = select_key(config, key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(config: Any, key: str) -> float | None:
+    value = select_key(config, key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
