@@ -5,9 +5,9 @@ Run, not restated: verl 0.9.1's own config checks on the composed config (``vali
 worker builds), and what the composition gives (CUDA, vLLM, the dtypes and attention ``scripts/gpu_smoke.py``
 sets, the GPU network). Restated by hand (the docstring or comment says so): vLLM's engine-argument rules and
 verl's rules on replicas, batches and the push bucket. Read from vLLM's and flash-attn's released sources
-instead, in the ``network`` tier (``tests/project/test_gpu_smoke_sources.py``): which backends vLLM can pick on CUDA, each
-one's head sizes and dtypes, flash-attn's head-size, heads and dtype checks; that file also checks that the vLLM
-conditions restated here are in the functions cited.
+instead, in the ``network`` tier (``tests/project/test_gpu_smoke_sources.py``): which backends vLLM can pick on
+CUDA, each one's head sizes and dtypes, flash-attn's head-size, heads and dtype checks; that file also checks that
+the vLLM conditions restated here are in the functions cited.
 
 Sources cited: verl the installed 0.9.1 (``verl/...``); vLLM 0.24.0's sdist, the version verl 0.9.1 pins
 (``vllm/...``); transformers the installed one (verl's ``vllm`` extra pins 5.9.0).
@@ -98,7 +98,8 @@ def test_flash_attention_gets_bf16(config, smoke, role):
     autocast (verl/workers/engine/fsdp/transformer_impl.py, ``FSDPEngine._build_fsdp_module`` keeps the parameter
     dtype for ``FSDPEngineWithLMHead.forward_step``'s autocast), transformers then hands flash-attn the weights'
     dtype (transformers/integrations/flash_attention.py, ``get_target_dtype``), and flash-attn refuses fp32
-    (read from its source: ``tests/project/test_gpu_smoke_sources.py`` checks ``MIXED_PRECISION``'s dtype against it)."""
+    (read from its source: ``tests/project/test_gpu_smoke_sources.py`` checks ``MIXED_PRECISION``'s dtype against
+    it)."""
     precision = OmegaConf.select(config, f"{ROLES[role]}.mixed_precision")
     assert smoke.MIXED_PRECISION["param_dtype"] == "bf16"
     assert dict(precision) == smoke.MIXED_PRECISION, role
