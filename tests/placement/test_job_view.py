@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from support.paths import ROOT
 
 from verl_split.core.errors import PlacementError
 from verl_split.placement import (
@@ -35,7 +36,7 @@ MODEL = {
     "vocab_size": 32000,
     "tie_word_embeddings": False,
 }
-PACKAGE = Path(__file__).resolve().parent.parent / "verl_split"
+PACKAGE = ROOT / "verl_split"
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from support import pypi_sdists
+from support.paths import ROOT
 
 from verl_split.core import compat
 from verl_split.dryrun.assets import CPU_SHAPE, GPU_SHAPE
@@ -44,7 +45,6 @@ pytestmark = [
     pytest.mark.skipif(compat.family_of(compat.installed_version()) != "0.9", reason="the smoke run is verl 0.9's"),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
 #: What the tests read of each sdist (paths inside its top folder).
 VLLM_FILES = (
     "vllm/platforms/cuda.py",
