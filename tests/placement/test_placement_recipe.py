@@ -27,19 +27,25 @@ pytestmark = pytest.mark.subprocess
 SCRIPT = EXAMPLE / "run_deepseek7b_llm.sh"
 
 
+@functools.cache
+def _split_config():
+    return compose_split([])
+
+
 def _set(key: str, value: str) -> str:
     """``key=value``, with hydra's ``+`` when the installed verl's config lacks the key (another family's)."""
-    present = planner.select_key(compose_split([]), key) is not None
+    present = planner.select_key(_split_config(), key) is not None
     return f"{'' if present else '+'}{key}={value}"
 
 
-#: (family, extra overrides): every trainer path whose batch rules differ.
+#: (family, extra settings): every trainer path whose batch rules differ. The overrides are made in the test
+#: (``_set`` composes verl's config: at collection it would cost every pytest run seconds).
 RULES = [
-    ("0.9", []),
-    ("0.9", [_set("trainer.use_v1", "false")]),
-    ("0.8", []),
-    ("0.7", []),
-    ("0.7", [_set("trainer.use_legacy_worker_impl", "disable")]),
+    ("0.9", ()),
+    ("0.9", (("trainer.use_v1", "false"),)),
+    ("0.8", ()),
+    ("0.7", ()),
+    ("0.7", (("trainer.use_legacy_worker_impl", "disable"),)),
 ]
 RULE_IDS = ["0.9-v1", "0.9-v0", "0.8", "0.7-legacy", "0.7-engine"]
 #: What the header advertises for 6:2 (one or two nodes).
@@ -76,7 +82,7 @@ def test_the_header_advertises_layouts():
 @pytest.mark.parametrize(("env", "args"), advertised(), ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_every_advertised_layout_plans_with_the_recipes_settings(monkeypatch, env, args, family, extra):
     monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
-    config = compose_split([*recipe_overrides(tuple(sorted(env.items())), tuple(args)), *extra])
+    config = compose_split([*recipe_overrides(tuple(sorted(env.items())), tuple(args)), *(_set(*kv) for kv in extra)])
     req = planner.requirements_from_config(config, family=family)
     assert req.batch is not None and req.batch.family == family
     plan = planner.plan_placement(planner.placement_from_config(config, ""), planner.cluster_from_config(config), req)
@@ -94,7 +100,7 @@ def test_every_advertised_layout_plans_with_the_recipes_settings(monkeypatch, en
 )
 def test_the_old_advertised_layouts_are_refused_with_the_recipes_batch(monkeypatch, layout, family, extra):
     monkeypatch.delenv("VERL_SPLIT_PLACEMENT", raising=False)
-    config = compose_split([*recipe_overrides((), tuple(layout)), *extra])
+    config = compose_split([*recipe_overrides((), tuple(layout)), *(_set(*kv) for kv in extra)])
     with pytest.raises(PlacementError) as exc:
         planner.plan_placement(
             planner.placement_from_config(config, ""),

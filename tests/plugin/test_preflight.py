@@ -221,10 +221,12 @@ def test_this_run_s_verl_is_tested_or_said_to_be_untested():
 def test_shared_rollout_switched_on_in_the_config_is_preflighted_before_ray(tmp_path, monkeypatch):
     # The config key (split_placement.shared_rollout) is read after activation, in the launching process's
     # placement check: there the shared-rollout seam's needs are checked, with a balancer that verl renamed.
+    from verl_split import seam_catalogue
     from verl_split.core import settings
     from verl_split.core.errors import ActivationFailed
     from verl_split.runtime.placement import hooks as placement_check
 
+    seam_catalogue.install()  # as activation has, in the launching process (alone, no other test did it first)
     (seam,) = [s for s in APPLYING if s.name == "shared_rollout_v1"]
     need = needs.parse("verl.workers.rollout.llm_server:GlobalRequestLoadBalancer", seam.target)
     module, node = needs.locate(source(), need)

@@ -15,6 +15,19 @@ from pathlib import Path
 from typing import Any
 
 
+#: Parsed files, by path and the file's size and modification time: a process that runs the preflight more than
+#: once (``verl-split doctor``, the tests) parses each of verl's files once. Nothing here changes a tree.
+_PARSED: dict[tuple[str, int, int], ast.Module] = {}
+
+
+def _parsed(path: Path) -> ast.Module:
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _PARSED:
+        _PARSED[key] = ast.parse(path.read_bytes(), str(path))
+    return _PARSED[key]
+
+
 @dataclass(frozen=True)
 class ImportBinding:
     """A module-level name bound by an import: ``module`` itself, or ``name`` from it."""
@@ -66,7 +79,7 @@ class Source:
     def tree(self, module: str) -> ast.Module | None:
         if module not in self._trees:
             path = self.file_of(module)
-            self._trees[module] = None if path is None else ast.parse(path.read_bytes(), str(path))
+            self._trees[module] = None if path is None else _parsed(path)
         return self._trees[module]
 
     def bindings(self, module: str) -> dict[str, Any]:
