@@ -348,8 +348,10 @@ SHOWN_ON_09 = (
             "the critic update of step 1 failed on resource pool 'critic_pool'",
             marks=SHOWN_ON_09,
         ),
-        # On 0.9 each lane and each kind of fault in the default suite; the other two combinations, and on 0.7/0.8
-        # all four (verl-split's own fault handling, the same on every family): --extended.
+        # In the default suite on 0.9: the deferred critic update failing in the next step, the hardest case. The
+        # other lanes and kinds (the actor's kill in the preparation or the update, the critic's values failing):
+        # --extended; how each names its role and pool is in tests/runtime/overlap/test_prep.py and
+        # test_updates.py, with verl's objects faked. On 0.7/0.8 all four are --extended (the same code).
         pytest.param(
             "SLOW_UPDATES_KILL",
             "actor",
@@ -366,7 +368,7 @@ SHOWN_ON_09 = (
             "SLOW_PREP_KILL",
             "actor",
             "the actor's old_log_prob failed on resource pool 'actor_rollout_ref_pool'",
-            marks=SHOWN_ON_09,
+            marks=pytest.mark.extended(reason="the deferred critic failure runs in CI; test_prep.py names the actor"),
         ),
     ],
 )

@@ -162,6 +162,10 @@ def test_same_numbers_as_without_shared_rollout(shared_run, halves_split_run):
         assert shared.series(key) == pytest.approx(plain.series(key), rel=TOLERANCE, abs=TOLERANCE), key
 
 
+@pytest.mark.extended(
+    reason="dead replicas are found on real Ray by tests/runtime/shared_rollout/test_dead_replicas_ray.py and named "
+    "by the manager in test_shared_rollout_unit.py"
+)
 def test_a_replica_that_dies_ends_the_run_with_a_clear_error(tiny_assets, tmp_path):
     """The critic pool's server is killed right after it got step 1's weights (test plugin
     ``SLOW_ROLLOUT_KILL``): step 2's generation meets a dead server. verl's agent loop logs the
