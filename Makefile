@@ -18,9 +18,11 @@ $(BIN)/verl-split: pyproject.toml
 demo: $(BIN)/verl-split
 	VERL_SPLIT=1 $(BIN)/verl-split demo --compare --out demo_output
 
+# The unit tier on two processes (pytest-xdist: both cores), then every other tier in one, in order.
 test: $(BIN)/verl-split
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m unit -n 2
+	$(BIN)/python -m pytest -m "not unit"
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
 
@@ -32,9 +34,9 @@ test-fast: $(BIN)/verl-split
 test-extended: $(BIN)/verl-split
 	$(BIN)/python -m pytest --extended
 
-# Tests that start no process, no Ray and no verl trainer (pytest's `unit` marker): under a minute.
+# Tests that start no process, no Ray and no verl trainer (pytest's `unit` marker), on both cores.
 test-unit: $(BIN)/verl-split
-	$(BIN)/python -m pytest -m unit -q
+	$(BIN)/python -m pytest -m unit -q -n 2
 
 lint: $(BIN)/verl-split
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

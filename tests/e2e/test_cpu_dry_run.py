@@ -48,6 +48,11 @@ def check_ppo_run(run, steps: int) -> None:
 
 
 @extended_on(("0.9",), "on 0.9 the demo's stock run is this job, checked the same way (test_demo_e2e.py)")
+@extended_on(
+    ("0.7", "0.8"),
+    "the leg's split runs (test_overlap_e2e.py, test_checkpoint_e2e.py) train this job in the same CPU mode on "
+    "the same workers; without VERL_SPLIT the layout is verl's own (test_placement_seams.py)",
+)
 def test_ppo_gae_with_critic(tiny_assets, tmp_path, main_ppo_runner):
     """3 PPO steps, GAE, a critic, verl's default trainer (v1 on 0.9, else v0): < 5 min, < 8 GiB."""
     out = tmp_path / "gae_default"
@@ -61,6 +66,10 @@ def test_ppo_gae_with_critic(tiny_assets, tmp_path, main_ppo_runner):
     )
 
 
+@extended_on(
+    ("0.7", "0.8"),
+    "with no critic verl-split steps aside to one pool (test_step_aside.py); GRPO end to end runs on 0.9 in CI",
+)
 def test_grpo_no_critic_two_gpus(tiny_assets, tmp_path, main_ppo_runner):
     """GRPO (groups of 4 answers, KL loss against the reference), no critic, 2 logical GPUs, split placement on:
     with no critic there is nothing to overlap (verl issue 319 crashed here once blocking=False was set by hand)."""
