@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 #: Parsed files, by path and the file's size and modification time: a process that runs the preflight more than
 #: once (``verl-split doctor``, the tests) parses each of verl's files once. Nothing here changes a tree.
 _PARSED: dict[tuple[str, int, int], ast.Module] = {}
