@@ -36,7 +36,7 @@ def update_sites(out: Path) -> dict[str, set[tuple[int, str]]]:
     "test_overlap_e2e.py's runs there are split placement too, and check each pool's placement group and processes",
 )
 def test_ppo_gae_split_halves(halves_split_run):
-    from conftest import HALVES_STEPS
+    from support.ppo_run import HALVES_STEPS
 
     out, run = halves_split_run  # shared with test_shared_rollout_e2e.py (tests/conftest.py)
     run.assert_ok()
@@ -59,7 +59,7 @@ def test_ppo_gae_split_halves(halves_split_run):
     "and the demo's stock run (test_demo_e2e.py) trains with no split metric"
 )
 def test_without_verl_split_the_layout_is_stock(tiny_assets, tmp_path):
-    from conftest import plugin_env, run_main_ppo
+    from support.ppo_run import plugin_env, run_main_ppo
 
     out = tmp_path / "stock"
     out.mkdir(parents=True)
@@ -74,7 +74,7 @@ def test_without_verl_split_the_layout_is_stock(tiny_assets, tmp_path):
 
 
 def test_bad_placement_stops_main_ppo_before_ray(tiny_assets, tmp_path):
-    from conftest import run_main_ppo
+    from support.ppo_run import run_main_ppo
 
     out = tmp_path / "split_bad"
     overrides = dry_run_overrides(tiny_assets, STEPS, "gae", None, out, n_gpus_per_node=2)
