@@ -18,11 +18,18 @@ $(BIN)/verl-split: pyproject.toml
 demo: $(BIN)/verl-split
 	VERL_SPLIT=1 $(BIN)/verl-split demo --compare --out demo_output
 
-# The unit tier on two processes (pytest-xdist: both cores), then every other tier in one, in order.
+# Every tier on two processes (pytest-xdist: both cores). A subprocess test is one interpreter importing verl
+# (one core), an end-to-end run about 1.4 cores of 2 (its processes mostly start up): two at once fill the machine.
+# --dist loadgroup keeps a file's tests on one worker and every test that starts a Ray cluster on one
+# (tests/conftest.py, xdist_group).
+XDIST := -n 2 --dist loadgroup
+# Bytecode caches on: with PYTHONDONTWRITEBYTECODE set (as on this project's machines) every test process, Ray
+# worker and fresh interpreter compiles verl-split again, and pytest rewrites every test module's asserts again.
+unexport PYTHONDONTWRITEBYTECODE
 test: $(BIN)/verl-split
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m unit -n 2
-	$(BIN)/python -m pytest -m "not unit"
+	$(BIN)/python -m pytest -m "not e2e" $(XDIST)
+	$(BIN)/python -m pytest -m e2e $(XDIST)
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
 
@@ -42,20 +49,23 @@ lint: $(BIN)/verl-split
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # The oldest supported verl family in its own environment (.venvs/verl-$(OLDEST_FAMILY), made by
-# scripts/family-env.sh): activation, placement and CPU seams, then stock main_ppo on CPU end to end
-# (the dry run, split placement, overlapped updates), on verl's legacy FSDP workers; the legacy Megatron
-# critic's non-blocking dispatch (megatron-core imports on CPU there).
+# scripts/family-env.sh): what differs by family. The placement and CPU seams on its trainer and workers, the
+# preflight against its sources, the legacy Megatron critic's non-blocking dispatch (megatron-core imports on CPU
+# there), then stock main_ppo on CPU end to end on verl's legacy FSDP workers (split placement, every overlap on
+# model-parallel meshes bit for bit, exact resume on RayPPOTrainer).
+# Not here (CI time): activation and VERL_SPLIT's values (tests/plugin/test_activation*.py, test_off_policy.py,
+# test_preflight_runs.py) are verl-split's own code, the same on every family: the newest family's suite runs
+# them, test_patches.py activates each release's sources (0.7.1's among them) and the 0.7.0 release check below
+# runs doctor and a split dry run on 0.7; Ctrl-C (tests/e2e/test_interrupt_e2e.py) is Ray's and verl-split's.
+# The whole suite on 0.7: make test-release VERL=0.7.1.
 OLDEST_FAMILY ?= 0.7
-OLDEST_TESTS := tests/plugin/test_activation.py tests/plugin/test_activation_startup.py tests/plugin/test_activation_ray.py tests/plugin/test_off_policy.py \
-	tests/plugin/test_preflight.py tests/plugin/test_preflight_runs.py \
-	tests/runtime/placement/test_placement_seams.py tests/runtime/cpu/test_cpu_seams.py tests/runtime/overlap/test_megatron_legacy.py tests/core/test_citations.py \
-	tests/e2e/test_cpu_dry_run.py tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py \
-	tests/e2e/test_checkpoint_e2e.py
-# Not tests/e2e/test_interrupt_e2e.py: Ctrl-C and the run's process tree are Ray's and verl-split's, the same on
-# every family; the newest family's suite runs it (CI time, for the release checks; make test-release VERL=0.7.1).
+OLDEST_SEAMS := tests/plugin/test_preflight.py tests/runtime/placement/test_placement_seams.py \
+	tests/runtime/cpu/test_cpu_seams.py tests/runtime/overlap/test_megatron_legacy.py tests/core/test_citations.py
+OLDEST_E2E := tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py tests/e2e/test_checkpoint_e2e.py
 test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
-	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_TESTS)
+	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_SEAMS) $(XDIST)
+	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_E2E) $(XDIST)
 
 # Every other PyPI release of the tested families (compat.TESTED_RELEASES; tests/project/test_releases.py checks the
 # list): installed over its family's environment, the preflight, one 2-step split dry run

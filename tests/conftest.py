@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.ppo_run import PPORun, halves_overrides, plugin_env, run_main_ppo
+from support.xdist_groups import group_of
 
 from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
 
@@ -24,6 +25,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # what one xdist worker runs together (make test: -n 2 --dist loadgroup)
+        group = group_of(item.path, {mark.name for mark in item.iter_markers()})
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     # `extended` runs repeat what the default suite already shows on another family, trainer or fault
     # kind; CI leaves them out to stay within its time budget.
     if config.getoption("--extended"):

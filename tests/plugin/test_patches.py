@@ -35,7 +35,7 @@ from support.pyrun import COUNT_ACTIVATIONS, clean_env
 import verl_split
 from verl_split.plugin import source_patches
 
-pytestmark = pytest.mark.network  # downloads each release's sdist from the package index
+pytestmark = [pytest.mark.network, pytest.mark.ray]  # each release's sdist from the package index; Ray
 
 SUPPORT = TESTS / "support"
 PATCHES = ROOT / "patches"

@@ -1,0 +1,29 @@
+"""make test runs every tier on two xdist workers (``-n 2 --dist loadgroup``): what must stay together does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.paths import ROOT
+from support.xdist_groups import SHARED_RUN_FILES, group_of
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_files_tests_stay_on_one_worker_and_unit_tests_spread():
+    demo = Path("tests/e2e/test_demo_e2e.py")
+    assert group_of(demo, {"e2e"}) == group_of(demo, {"e2e", "extended"}) == demo.as_posix()
+    assert group_of(Path("tests/core/test_settings.py"), {"unit"}) is None
+
+
+def test_every_test_starting_a_ray_cluster_runs_on_one_worker():
+    assert group_of(Path("tests/runtime/placement/test_pools.py"), {"subprocess", "ray"}) == "ray"
+    assert group_of(Path("tests/plugin/test_patches.py"), {"network", "ray"}) == "ray"
+
+
+def test_the_files_sharing_the_halves_run_are_one_group():
+    users = {p.name for p in (ROOT / "tests").rglob("test_*.py") if "halves_split_run" in p.read_text()}
+    users.discard(Path(__file__).name)
+    assert users == SHARED_RUN_FILES
+    assert {group_of(Path("tests/e2e") / name, {"e2e"}) for name in users} == {"shared_run"}
