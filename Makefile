@@ -20,8 +20,8 @@ demo: $(BIN)/verl-split
 
 # Every tier on two processes (pytest-xdist: both cores). A subprocess test is one interpreter importing verl
 # (one core), an end-to-end run about 1.4 cores of 2 (its processes mostly start up): two at once fill the machine.
-# --dist loadgroup keeps a file's tests on one worker and every test that starts a Ray cluster on one
-# (tests/conftest.py, xdist_group).
+# --dist loadgroup keeps a file's tests on one worker; each worker's Ray gets a folder of its own (RAY_TMPDIR):
+# tests/support/xdist_groups.py.
 XDIST := -n 2 --dist loadgroup
 # Bytecode caches on: with PYTHONDONTWRITEBYTECODE set (as on this project's machines) every test process, Ray
 # worker and fresh interpreter compiles verl-split again, and pytest rewrites every test module's asserts again.

@@ -7,11 +7,12 @@ loads this file, so a test at any depth imports them as ``support.<module>``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from support.ppo_run import PPORun, halves_overrides, plugin_env, run_main_ppo
-from support.xdist_groups import group_of
+from support.xdist_groups import group_of, ray_folder
 
 from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
 
@@ -22,6 +23,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also run the tests marked `extended` (make test-extended, scripts/test-all-families.sh)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under xdist each worker's Ray (and every process it starts) gets a folder of its own: support/xdist_groups.py.
+    folder = ray_folder(os.environ.get("PYTEST_XDIST_WORKER"))
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
+        os.environ["RAY_TMPDIR"] = folder
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -145,7 +145,7 @@ ADVICE = [
     *sorted((ROOT / "docs").glob("*.md")),
     *sorted((ROOT / "examples").rglob("*.md")),
     *sorted((ROOT / "examples").rglob("*.sh")),
-    *sorted((ROOT / "scripts").glob("*")),
+    *sorted(path for path in (ROOT / "scripts").glob("*") if path.is_file()),  # not a __pycache__ folder
 ]
 
 

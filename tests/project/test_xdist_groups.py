@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 from support.paths import ROOT
-from support.xdist_groups import SHARED_RUN_FILES, group_of
+from support.xdist_groups import SHARED_RUN_FILES, group_of, ray_folder
+
+from verl_split.dryrun.recipe import ray_temp_dir
 
 pytestmark = pytest.mark.unit
 
@@ -17,9 +19,12 @@ def test_a_files_tests_stay_on_one_worker_and_unit_tests_spread():
     assert group_of(Path("tests/core/test_settings.py"), {"unit"}) is None
 
 
-def test_every_test_starting_a_ray_cluster_runs_on_one_worker():
-    assert group_of(Path("tests/runtime/placement/test_pools.py"), {"subprocess", "ray"}) == "ray"
-    assert group_of(Path("tests/plugin/test_patches.py"), {"network", "ray"}) == "ray"
+def test_each_worker_has_a_ray_folder_of_its_own_and_the_dry_run_follows_it(monkeypatch):
+    assert ray_folder("gw0") != ray_folder("gw1") and ray_folder(None) is None
+    monkeypatch.setenv("RAY_TMPDIR", ray_folder("gw1"))
+    assert ray_temp_dir().startswith(ray_folder("gw1") + "/")
+    monkeypatch.delenv("RAY_TMPDIR")
+    assert ray_temp_dir() == "/tmp/ray_verl_split"
 
 
 def test_the_files_sharing_the_halves_run_are_one_group():

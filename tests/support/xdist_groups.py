@@ -1,18 +1,19 @@
-"""Which tests one pytest-xdist worker runs together (``make test``: ``-n 2 --dist loadgroup``).
+"""What each pytest-xdist worker runs together, and apart (``make test``: ``-n 2 --dist loadgroup``).
 
 Two at once fill the 2-core machine: a subprocess test is one interpreter importing verl (one core), an end-to-end
-run about 1.4 cores (its processes mostly start up). Some tests must not be split or run beside each other:
+run about 1.4 cores (its processes mostly start up).
 
-- a file's tests stay on one worker, so that its module-scoped runs are made once;
-- the files sharing a session-scoped run (``halves_split_run`` in ``tests/conftest.py``) stay together too;
-- every test that starts a Ray cluster of its own (the ``ray`` marker) runs on one worker, one at a time: a
-  ``ray start`` cluster is what a plain ``ray.init()`` elsewhere on the machine would join.
-
-Unit tests get no group: xdist spreads them one by one.
+- A file's tests stay on one worker, so that its module-scoped runs are made once; the files sharing a
+  session-scoped run (``halves_split_run`` in ``tests/conftest.py``) stay together too. Unit tests get no group:
+  xdist spreads them one by one.
+- Each worker's Ray lives in a folder of its own (``RAY_TMPDIR``, set by ``tests/conftest.py``; the dry run's
+  folder follows it, ``verl_split.dryrun.recipe.ray_temp_dir``): a ``ray start`` or ``ray.cluster_utils.Cluster``
+  head writes its address in Ray's folder, and a plain ``ray.init()`` elsewhere would join that cluster.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 #: Files whose tests share one session-scoped run.
@@ -23,6 +24,9 @@ def group_of(path: Path, markers: set[str]) -> str | None:
     """The xdist group of a test in the file at ``path`` carrying ``markers`` (their names); None: no group."""
     if "unit" in markers:
         return None
-    if "ray" in markers:
-        return "ray"
     return "shared_run" if path.name in SHARED_RUN_FILES else path.as_posix()
+
+
+def ray_folder(worker: str | None) -> str | None:
+    """``RAY_TMPDIR`` for an xdist worker (``PYTEST_XDIST_WORKER``: gw0, gw1, ...); None outside xdist."""
+    return os.path.join("/tmp", f"ray_{worker}") if worker else None

@@ -24,9 +24,14 @@ DEFAULT_OUT = "verl_split_demo"
 #: workers mostly wait on each other.
 RAY_NUM_GPUS = 8
 RAY_NUM_CPUS = 32
-#: Short: Ray's socket paths under it must stay within the 107-byte Unix limit.
-RAY_TEMP_DIR = "/tmp/ray_verl_split"
-#: Families with verl's v1 trainer (``trainer.use_v1``, verl's default there).
+
+
+def ray_temp_dir() -> str:
+    """Ray's temporary folder for a dry run: ``ray_verl_split`` under ``RAY_TMPDIR`` (Ray's own variable for where
+    its folder goes), else under ``/tmp``: runs at once (make test's two xdist workers) each give their own
+    ``RAY_TMPDIR``, so that neither sees the other's ``session_latest`` or cluster address file. Short: Ray's socket
+    paths under it must stay within the 107-byte Unix limit."""
+    return os.path.join(os.environ.get("RAY_TMPDIR") or "/tmp", "ray_verl_split")
 
 
 def dry_run_overrides(
@@ -121,7 +126,7 @@ def dry_run_overrides(
         # advertised to other processes' ray.init() either; logical GPUs, see RAY_NUM_GPUS.
         "+ray_kwargs.ray_init.address=local",
         "+ray_kwargs.ray_init.include_dashboard=false",
-        f"+ray_kwargs.ray_init._temp_dir={RAY_TEMP_DIR}",
+        f"+ray_kwargs.ray_init._temp_dir={ray_temp_dir()}",
         f"+ray_kwargs.ray_init.num_gpus={max(RAY_NUM_GPUS, n_gpus_per_node)}",
         f"ray_kwargs.ray_init.num_cpus={RAY_NUM_CPUS}",
     ]
