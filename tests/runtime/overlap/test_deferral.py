@@ -337,6 +337,30 @@ def test_once_fit_has_ended_a_failed_update_neither_interrupts_nor_ends_the_proc
     assert after_fit == []
 
 
+def test_a_failure_watched_after_fit_has_ended_starts_no_timer(monkeypatch):
+    """The trainer sees a failed update once its future holds the exception, before the future's callbacks run:
+    fit can raise it and end before ``watch_failure`` runs on the critic's thread. That late watch must start
+    nothing (it once interrupted a later test's main thread 5 s on, and would end a run tearing down)."""
+    monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.1)
+    monkeypatch.setattr(deferral, "ABORT_AFTER_S", 0.2)
+    after_fit: list[str] = []
+    monkeypatch.setattr(deferral.os, "_exit", lambda code: after_fit.append("ended"))
+    monkeypatch.setattr(deferral._thread, "interrupt_main", lambda: after_fit.append("interrupted"))
+    failed: concurrent.futures.Future = concurrent.futures.Future()
+    failed.set_exception(RuntimeError("critic died"))
+    deferred = SimpleNamespace(
+        result=failed,
+        failure=UpdateFailedError("critic died"),
+        raised=False,
+        interrupted=False,
+        trainer_thread=threading.main_thread(),
+    )
+    deferral_hooks.wrap_fit(lambda: None, None, (), {})  # fit has run and ended
+    deferral.watch_failure(deferred)  # the critic thread's callback, late
+    time.sleep(0.4)  # past both timers
+    assert after_fit == [] and deferral._timers == []
+
+
 def test_v1_critic_metrics_are_reduced_as_verl_reduces_them():
     """The same reduction verl's PPOTrainer.step applies (MetricsAggregator, by non-padding samples)."""
     from verl.trainer.ppo.v1.utils import MetricsAggregator

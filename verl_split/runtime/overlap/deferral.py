@@ -45,8 +45,10 @@ failure on (``watch_failure``, on the critic's thread):
    process is ended (``os._exit``), the step's held metrics logged first; the last checkpoint is intact.
 
 Both inside the 30 s a run has to stop. Once ``fit`` has ended, by the failure or otherwise, both are cancelled
-(``cancel_exit_timers``, from ``deferral_hooks.wrap_fit``): a run already tearing down is neither interrupted nor
-ended.
+(``cancel_exit_timers``, from ``deferral_hooks.wrap_fit``), and a failure watched after that starts none: a run
+already tearing down is neither interrupted nor ended. (The trainer sees a failed update as soon as its future
+holds the exception, before the future's callbacks run: ``fit`` can raise it and end while ``watch_failure`` is
+still to start its timers.)
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ class _Deferred:
 
 _current: _Deferred | None = None
 _timers: list[threading.Timer] = []  # watch_failure's, until fit ends
+_timers_lock = threading.Lock()  # watch_failure (the critic's thread) against cancel_exit_timers (fit's)
+_fit_over = False  # fit has ended: a failure watched from now on starts no timer
 
 
 def current() -> _Deferred | None:
@@ -266,17 +270,30 @@ def watch_failure(deferred: _Deferred) -> None:
         return
     deferred.failure = deferred.failure or _failure(deferred, exc)
     logger.error("verl-split: %s", deferred.failure)
-    for delay, then in ((INTERRUPT_AFTER_S, _interrupt_if_unraised), (ABORT_AFTER_S, _abort_if_unraised)):
-        timer = threading.Timer(delay, then, args=(deferred,))
-        timer.daemon = True
-        _timers.append(timer)
-        timer.start()
+    with _timers_lock:
+        if _fit_over:
+            return  # fit has ended (it may have raised this very failure): nothing is left to interrupt
+        for delay, then in ((INTERRUPT_AFTER_S, _interrupt_if_unraised), (ABORT_AFTER_S, _abort_if_unraised)):
+            timer = threading.Timer(delay, then, args=(deferred,))
+            timer.daemon = True
+            _timers.append(timer)
+            timer.start()
+
+
+def watch_from_now() -> None:
+    """``fit`` starts: a failed deferred update may interrupt it, or end the process, from now on."""
+    global _fit_over
+    with _timers_lock:
+        _fit_over = False
 
 
 def cancel_exit_timers() -> None:
-    """``fit`` has ended: stop the timers ``watch_failure`` started."""
-    while _timers:
-        _timers.pop().cancel()
+    """``fit`` has ended: stop the timers ``watch_failure`` started, and start none for a failure seen later."""
+    global _fit_over
+    with _timers_lock:
+        _fit_over = True
+        while _timers:
+            _timers.pop().cancel()
 
 
 def interrupted_for(deferred: _Deferred | None, exc: BaseException) -> UpdateFailedError | None:
@@ -345,7 +362,9 @@ def postpone_clear(keys: Any, partition_id: str, clear: Callable[[], Any]) -> bo
 
 
 def reset() -> None:
-    """Forget every deferred update and held record (tests)."""
+    """Forget every deferred update, held record and timer (tests)."""
     global _current
     _current = None
+    cancel_exit_timers()
+    watch_from_now()
     held_records.reset()

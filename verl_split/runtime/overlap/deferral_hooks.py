@@ -46,6 +46,7 @@ def end_of_fit(error: BaseException | None) -> UpdateFailedError | None:
 
 def wrap_fit(wrapped, trainer, args, kwargs):
     """``fit``: join at the end of training; on an error, log what is held and name a deferred failure."""
+    deferral.watch_from_now()
     try:
         result = _fit_and_join(wrapped, args, kwargs)
     finally:
