@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from types import SimpleNamespace
@@ -115,9 +116,21 @@ def late(monkeypatch):
     shared = FakeManager("shared", journal, [replica(1, "c")])
     balancer = FakeBalancer({"h": 6, "c": 2}, journal)
     manager = BothPoolsCheckpointManager(trainer, hybrid, shared, balancer, requests_per_step=8)
-    return SimpleNamespace(
+    yield SimpleNamespace(
         trainer=trainer, journal=journal, manager=manager, shared=shared, balancer=balancer, critic=critic_update
     )
+    # Before monkeypatch gives ray.get back: end the step's late join as the end of generation does, and let its
+    # thread go. A thread left waiting on the critic's future once called the real ray.get on a fake's value in a
+    # later test, which started a Ray of its own inside the test process.
+    if manager._late is not None:
+        manager._late.timeout_s = 5.0
+        with contextlib.suppress(Exception):  # a test's own failed join: it asserted on it already
+            manager._late.finish()
+    if not critic_update.done():
+        critic_update.set_result("the test is over")
+    for thread in threading.enumerate():
+        if thread.name == "verl-split-late-join":
+            thread.join(5)
 
 
 def wait_for(condition, timeout=5.0):

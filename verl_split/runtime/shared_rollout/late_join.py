@@ -180,6 +180,8 @@ class LateJoin:
                 if self._claim("skipped"):
                     self.skip()
                 return
+            if self._state != "waiting":
+                return  # generation ended while the critic updated (finish() claimed it): no rank to ask
             self.ranks_done()
             self.marks["ranks_done"] = time.monotonic()
             if self.forecast_now is not None:
