@@ -18,18 +18,19 @@ $(BIN)/verl-split: pyproject.toml
 demo: $(BIN)/verl-split
 	VERL_SPLIT=1 $(BIN)/verl-split demo --compare --out demo_output
 
-# Every tier on two processes (pytest-xdist: both cores). A subprocess test is one interpreter importing verl
-# (one core), an end-to-end run about 1.4 cores of 2 (its processes mostly start up): two at once fill the machine.
-# --dist loadgroup keeps a file's tests on one worker; each worker's Ray gets a folder of its own (RAY_TMPDIR):
-# tests/support/xdist_groups.py.
+# The unit tier on both cores (pytest-xdist, -n 2; --dist loadgroup keeps a file's tests on one worker, and each
+# worker's Ray gets a folder of its own: tests/support/xdist_groups.py), then every other tier in one process, in
+# order. The other tiers stay serial: the machine is already busy there (a subprocess test's `import verl`, an
+# end-to-end run's start-up); two at once took 14.1 min for what one at a time does in 16.8, and the end-to-end
+# runs 31.0 min against 25.3, one shared-rollout run's late join then not paying.
 XDIST := -n 2 --dist loadgroup
 # Bytecode caches on: with PYTHONDONTWRITEBYTECODE set (as on this project's machines) every test process, Ray
 # worker and fresh interpreter compiles verl-split again, and pytest rewrites every test module's asserts again.
 unexport PYTHONDONTWRITEBYTECODE
 test: $(BIN)/verl-split
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not e2e" $(XDIST)
-	$(BIN)/python -m pytest -m e2e $(XDIST)
+	$(BIN)/python -m pytest -m unit $(XDIST)
+	$(BIN)/python -m pytest -m "not unit"
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
 
@@ -43,7 +44,7 @@ test-extended: $(BIN)/verl-split
 
 # Tests that start no process, no Ray and no verl trainer (pytest's `unit` marker), on both cores.
 test-unit: $(BIN)/verl-split
-	$(BIN)/python -m pytest -m unit -q -n 2
+	$(BIN)/python -m pytest -m unit -q $(XDIST)
 
 lint: $(BIN)/verl-split
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
@@ -64,8 +65,7 @@ OLDEST_SEAMS := tests/plugin/test_preflight.py tests/runtime/placement/test_plac
 OLDEST_E2E := tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py tests/e2e/test_checkpoint_e2e.py
 test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
-	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_SEAMS) $(XDIST)
-	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_E2E) $(XDIST)
+	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_SEAMS) $(OLDEST_E2E)
 
 # Every other PyPI release of the tested families (compat.TESTED_RELEASES; tests/project/test_releases.py checks the
 # list): installed over its family's environment, the preflight, one 2-step split dry run

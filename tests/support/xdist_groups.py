@@ -1,7 +1,9 @@
-"""What each pytest-xdist worker runs together, and apart (``make test``: ``-n 2 --dist loadgroup``).
+"""What each pytest-xdist worker runs together, and apart (``-n 2 --dist loadgroup``: ``make test``'s unit tier;
+any tier when run so by hand).
 
-Two at once fill the 2-core machine: a subprocess test is one interpreter importing verl (one core), an end-to-end
-run about 1.4 cores (its processes mostly start up).
+``make test`` runs the other tiers in one process: on 2 cores two at once were no faster (the subprocess and
+network tiers 14.1 min against 16.8 one at a time, the end-to-end runs 31.0 against 25.3 min, and a shared-rollout
+run's late join then did not pay). Run so, what must hold:
 
 - A file's tests stay on one worker, so that its module-scoped runs are made once; the files sharing a
   session-scoped run (``halves_split_run`` in ``tests/conftest.py``) stay together too. Unit tests get no group:
