@@ -34,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:  # what one xdist worker runs together (make test: -n 2 --dist loadgroup)
+    for item in items:  # what one xdist worker runs together (-n 2 --dist loadgroup: support/xdist_groups.py)
         group = group_of(item.path, {mark.name for mark in item.iter_markers()})
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -1,4 +1,5 @@
-"""make test runs every tier on two xdist workers (``-n 2 --dist loadgroup``): what must stay together does."""
+"""Tests run on two xdist workers (``-n 2 --dist loadgroup``: make test's unit tier, any tier by hand): what must
+stay together does, and each worker's Ray keeps to a folder of its own."""
 
 from __future__ import annotations
 

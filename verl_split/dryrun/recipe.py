@@ -28,7 +28,7 @@ RAY_NUM_CPUS = 32
 
 def ray_temp_dir() -> str:
     """Ray's temporary folder for a dry run: ``ray_verl_split`` under ``RAY_TMPDIR`` (Ray's own variable for where
-    its folder goes), else under ``/tmp``: runs at once (make test's two xdist workers) each give their own
+    its folder goes), else under ``/tmp``: runs at once (two pytest-xdist workers) each give their own
     ``RAY_TMPDIR``, so that neither sees the other's ``session_latest`` or cluster address file. Short: Ray's socket
     paths under it must stay within the 107-byte Unix limit."""
     return os.path.join(os.environ.get("RAY_TMPDIR") or "/tmp", "ray_verl_split")
