@@ -309,12 +309,12 @@ def test_a_trainer_stuck_in_one_call_on_the_main_thread_is_interrupted_and_raise
         signal.signal(signal.SIGINT, previous)
 
 
-def test_once_fit_has_ended_a_failed_update_neither_interrupts_nor_ends_the_process(monkeypatch):
-    """A failure that reached the trainer on another thread (``raised`` unset) must not end a run that is
-    already tearing down: ``wrap_fit`` cancels the timers (code_review_3.md item 7)."""
-    monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.2)
-    monkeypatch.setattr(deferral, "ABORT_AFTER_S", 0.3)
-    after_fit: list[str] = []  # the timers run on threads of their own: recorded, asserted below
+@pytest.fixture
+def failed_watch(monkeypatch):
+    """A failed deferred update on the main thread's trainer, and what its timers would do, recorded (short delays)."""
+    monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.1)
+    monkeypatch.setattr(deferral, "ABORT_AFTER_S", 0.2)
+    after_fit: list[str] = []  # the timers run on threads of their own: recorded, asserted by the tests
     monkeypatch.setattr(deferral.os, "_exit", lambda code: after_fit.append("ended"))
     monkeypatch.setattr(deferral._thread, "interrupt_main", lambda: after_fit.append("interrupted"))
     failed: concurrent.futures.Future = concurrent.futures.Future()
@@ -326,35 +326,32 @@ def test_once_fit_has_ended_a_failed_update_neither_interrupts_nor_ends_the_proc
         interrupted=False,
         trainer_thread=threading.main_thread(),
     )
-    deferral.watch_failure(deferred)
+    deferral.reset()
+    yield deferred, after_fit
+    deferral.reset()
+
+
+def test_once_fit_has_ended_a_failed_update_neither_interrupts_nor_ends_the_process(failed_watch):
+    """A failure that reached the trainer on another thread (``raised`` unset) must not end a run that is
+    already tearing down: ``wrap_fit`` cancels the timers (code_review_3.md item 7)."""
+    deferred, after_fit = failed_watch
 
     def fit():
+        deferral.watch_failure(deferred)  # while fit runs: both timers start
+        assert len(deferral._timers) == 2
         raise RuntimeError("the run failed elsewhere")
 
     with pytest.raises(RuntimeError):
         deferral_hooks.wrap_fit(lambda: fit(), None, (), {})
-    time.sleep(0.6)  # past both timers
+    time.sleep(0.4)  # past both timers
     assert after_fit == []
 
 
-def test_a_failure_watched_after_fit_has_ended_starts_no_timer(monkeypatch):
+def test_a_failure_watched_after_fit_has_ended_starts_no_timer(failed_watch):
     """The trainer sees a failed update once its future holds the exception, before the future's callbacks run:
     fit can raise it and end before ``watch_failure`` runs on the critic's thread. That late watch must start
     nothing (it once interrupted a later test's main thread 5 s on, and would end a run tearing down)."""
-    monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.1)
-    monkeypatch.setattr(deferral, "ABORT_AFTER_S", 0.2)
-    after_fit: list[str] = []
-    monkeypatch.setattr(deferral.os, "_exit", lambda code: after_fit.append("ended"))
-    monkeypatch.setattr(deferral._thread, "interrupt_main", lambda: after_fit.append("interrupted"))
-    failed: concurrent.futures.Future = concurrent.futures.Future()
-    failed.set_exception(RuntimeError("critic died"))
-    deferred = SimpleNamespace(
-        result=failed,
-        failure=UpdateFailedError("critic died"),
-        raised=False,
-        interrupted=False,
-        trainer_thread=threading.main_thread(),
-    )
+    deferred, after_fit = failed_watch
     deferral_hooks.wrap_fit(lambda: None, None, (), {})  # fit has run and ended
     deferral.watch_failure(deferred)  # the critic thread's callback, late
     time.sleep(0.4)  # past both timers
