@@ -7,10 +7,12 @@ BIN := $(VENV)/bin
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -U pip
-	# The CPU build of torch first, pinned: an unpinned torch would pull gigabytes of CUDA.
+	$(BIN)/pip install -q -U pip uv
+	# The CPU build of torch first, pinned, with pip (the machine's file of it is found by pip, not by uv): an
+	# unpinned torch would pull gigabytes of CUDA. The rest with uv, under the same pins (torch==2.13.0 among
+	# them): the same packages as pip resolves, in about 10 s instead of 95 (measured on a fresh venv).
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]' -c constraints/verl-0.9.txt
+	$(BIN)/uv pip install --python $(BIN)/python -q -e '.[test]' -c constraints/verl-0.9.txt
 	touch $@
 
 # The same PPO job on CPU three ways (stock verl, split placement with overlaps off, then on): a per-phase
@@ -50,22 +52,22 @@ lint: $(BIN)/verl-split
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # The oldest supported verl family in its own environment (.venvs/verl-$(OLDEST_FAMILY), made by
-# scripts/family-env.sh): what differs by family. The placement and CPU seams on its trainer and workers, the
-# preflight against its sources, the legacy Megatron critic's non-blocking dispatch (megatron-core imports on CPU
-# there), then stock main_ppo on CPU end to end on verl's legacy FSDP workers (split placement, every overlap on
-# model-parallel meshes bit for bit, exact resume on RayPPOTrainer).
-# Not here (CI time): activation and VERL_SPLIT's values (tests/plugin/test_activation*.py, test_off_policy.py,
-# test_preflight_runs.py) are verl-split's own code, the same on every family: the newest family's suite runs
-# them, test_patches.py activates each release's sources (0.7.1's among them) and the 0.7.0 release check below
-# runs doctor and a split dry run on 0.7; Ctrl-C (tests/e2e/test_interrupt_e2e.py) is Ray's and verl-split's.
-# The whole suite on 0.7: make test-release VERL=0.7.1.
+# scripts/family-env.sh): its seams, what differs by family. The placement and CPU seams on its trainer and
+# workers, the preflight against its sources, the citations against its sources and megatron-core's, the legacy
+# Megatron critic's non-blocking dispatch (megatron-core imports on CPU there).
+# Its end-to-end runs (tests/e2e/: split placement, every overlap on model-parallel meshes bit for bit on
+# RayPPOTrainer, exact resume) are not in CI (its time): `make test-release VERL=0.7.1` runs them with the whole
+# suite. In CI the family trains end to end in the 0.7.0 release check below: a split dry run with every overlap
+# on verl's legacy workers, after the preflight of every seam against 0.7.0's sources.
+# Not here either: what is verl-split's own code, the same on every family (activation and VERL_SPLIT's values,
+# unpatching, Ctrl-C): the newest family's suite runs it; test_patches.py activates each release's sources (0.7.1's
+# among them).
 OLDEST_FAMILY ?= 0.7
 OLDEST_SEAMS := tests/plugin/test_preflight.py tests/runtime/placement/test_placement_seams.py \
 	tests/runtime/cpu/test_cpu_seams.py tests/runtime/overlap/test_megatron_legacy.py tests/core/test_citations.py
-OLDEST_E2E := tests/e2e/test_split_placement_e2e.py tests/e2e/test_overlap_e2e.py tests/e2e/test_checkpoint_e2e.py
 test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
-	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_SEAMS) $(OLDEST_E2E)
+	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_SEAMS)
 
 # Every other PyPI release of the tested families (compat.TESTED_RELEASES; tests/project/test_releases.py checks the
 # list): installed over its family's environment, the preflight, one 2-step split dry run

@@ -25,12 +25,13 @@ if [[ -f $stamp && $stamp -nt $constraints && $stamp -nt pyproject.toml ]]; then
 fi
 [[ -x $venv/bin/python ]] || "$PYTHON" -m venv "$venv"
 pip=("$venv/bin/pip" install -q --disable-pip-version-check)
-"${pip[@]}" -U pip
-# The CPU build of torch first, pinned: an unpinned torch would pull gigabytes of CUDA.
+"${pip[@]}" -U pip uv
+# The CPU build of torch first, pinned, with pip (it finds the machine's file of it; uv does not): an unpinned
+# torch would pull gigabytes of CUDA. The rest with uv under the family's pins (torch==2.13.0 among them).
 "${pip[@]}" torch==2.13.0
 # A family may name more extras on a line `# extras: a,b` of its constraints file (0.7: megatron-cpu).
 extras=$(sed -n 's/^# extras: *//p' "$constraints")
-"${pip[@]}" -c "$constraints" "$verl_pin" -e ".[test${extras:+,$extras}]"
+"$venv/bin/uv" pip install --python "$venv/bin/python" -q -c "$constraints" "$verl_pin" -e ".[test${extras:+,$extras}]"
 "$venv/bin/python" - "$family" <<'PY'
 import sys
 from importlib import metadata

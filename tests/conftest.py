@@ -1,5 +1,5 @@
 """Shared fixtures and options: the tiny CPU assets (made once per run), the main_ppo runner
-(``tests/support/ppo_run.py``), the split-halves run several e2e files share, and ``--extended``.
+(``tests/support/ppo_run.py``), the runs several e2e files share, and ``--extended``.
 
 The helpers the tests import live in ``tests/support/``; this folder (``tests/``) is on ``sys.path`` once pytest
 loads this file, so a test at any depth imports them as ``support.<module>``.
@@ -8,10 +8,20 @@ loads this file, so a test at any depth imports them as ``support.<module>``.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
-from support.ppo_run import PPORun, halves_overrides, plugin_env, run_main_ppo
+from support.ppo_run import (
+    EXAMPLE_STEPS,
+    EXAMPLE_TIMEOUT_S,
+    LATE_JOIN,
+    PPORun,
+    checkpointed_overrides,
+    halves_overrides,
+    plugin_env,
+    run_main_ppo,
+)
 from support.xdist_groups import group_of, ray_folder
 
 from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
@@ -77,9 +87,56 @@ def main_ppo_runner():
 @pytest.fixture(scope="session")
 def halves_split_run(tiny_assets, tmp_path_factory) -> tuple[Path, PPORun]:
     """One 2-step GAE dry run with ``VERL_SPLIT=1``, placement ``halves`` on 2 logical GPUs and the test plugin
-    logging: test_split_placement_e2e checks its layout, test_shared_rollout_e2e compares shared rollout with it."""
+    logging: test_split_placement_e2e checks its layout (--extended)."""
     out = tmp_path_factory.mktemp("split_halves")
     run = run_main_ppo(
         halves_overrides(tiny_assets, out), out, env=plugin_env(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves")
     )
     return out, run
+
+
+@pytest.fixture(scope="session")
+def shared_rollout_run(tiny_assets, tmp_path_factory) -> tuple[Path, PPORun]:
+    """Split placement ``halves`` on 2 logical GPUs with rollout on both pools (verl 0.9's v1 trainer) and the
+    deferral, the critic pool joining each step after the first late (``LATE_JOIN``), checkpoints after steps 2
+    and 4 in ``OUT/checkpoints``: test_shared_rollout_e2e checks what shared rollout did, test_checkpoint_e2e
+    resumes from step 2's checkpoint and compares with it."""
+    out = tmp_path_factory.mktemp("shared_rollout")
+    env = plugin_env(
+        out,
+        VERL_SPLIT="1",
+        VERL_SPLIT_PLACEMENT="halves",
+        RAY_DEDUP_LOGS="0",  # every replica's own log lines, not Ray's "[repeated 3x across cluster]"
+        **LATE_JOIN,
+    )
+    overrides = checkpointed_overrides(tiny_assets, out, "v1", out / "checkpoints", resume=False)
+    return out, run_main_ppo(overrides, out, env=env)
+
+
+@pytest.fixture(scope="session")
+def example_run(tiny_assets, tmp_path_factory):
+    """``bash examples/split_placement/run_tiny_cpu.sh`` as a user runs it: ``main_ppo_split.py`` on the dry run's
+    job, 2 logical GPUs, no ``VERL_SPLIT`` in the shell. test_examples_e2e checks that it switched itself on;
+    test_shared_rollout_e2e compares shared rollout with it (the same job, rollout on the actor pool only).
+    (OUT, the finished run, its console output)."""
+    from support.paths import EXAMPLE
+
+    from verl_split.dryrun.runner import METRICS_FILE, run_logged
+
+    tmp = tmp_path_factory.mktemp("example")
+    out = tmp / "example"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
+    env.update(
+        PYTHON=sys.executable,
+        OUT=str(out),
+        STEPS=str(EXAMPLE_STEPS),
+        GPUS="2",
+        ASSETS=str(tiny_assets.root),
+        VERL_SPLIT_CPU="1",
+    )
+    log_path = tmp / "run_tiny_cpu.log"
+    # Its own process group, killed whole on a timeout, so Ray and every worker end with it.
+    done = run_logged(
+        ["bash", str(EXAMPLE / "run_tiny_cpu.sh")], env, tmp, log_path, out / METRICS_FILE, timeout=EXAMPLE_TIMEOUT_S
+    )
+    return out, done, log_path.read_text(errors="replace")

@@ -9,7 +9,8 @@ must log what the uninterrupted run logged, and the final weights must be equal:
 weight sync (or the weights themselves on 0.7), not from a count that restarts on resume. Where the trainer
 has shared rollout (v1; v0 from 0.8 on) the runs generate on both pools, and the critic pool joins step 4's
 generation late, after step 3's deferred critic update (``LATE_JOIN``), in the uninterrupted and the resumed
-run alike.
+run alike. On v1 the uninterrupted run is the shared-rollout run test_shared_rollout_e2e.py checks
+(``shared_rollout_run``, tests/conftest.py): this job, made once.
 """
 
 from __future__ import annotations
@@ -21,15 +22,22 @@ from pathlib import Path
 import pytest
 import torch
 from support.families import FAMILY
-from support.ppo_run import PPORun, plugin_env, run_main_ppo
+from support.ppo_run import (
+    CHECKPOINTED_STEPS,
+    LATE_JOIN,
+    SAVED_STEP,
+    PPORun,
+    checkpointed_overrides,
+    plugin_env,
+    run_main_ppo,
+)
 
 from verl_split.core import compat
-from verl_split.dryrun.recipe import dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 
-STEPS = 4
-SAVED = 2
+STEPS = CHECKPOINTED_STEPS
+SAVED = SAVED_STEP
 # Per-step metrics that say what was generated and what was learnt from it; timings and
 # throughput differ between any two runs and are left out.
 COMPARED = (
@@ -52,11 +60,6 @@ COMPARED = (
 V1_METRIC_TOL, V1_WEIGHT_TOL = 1e-5, 1e-3
 
 
-#: On verl's v1 trainer the runs also generate on the critic pool (shared rollout), which joins step 4's generation
-#: late, after step 3's critic update, in both runs (test plugin: slower generation, a slower critic update).
-LATE_JOIN = {"VERL_SPLIT_SHARED_ROLLOUT": "1", "SLOW_GENERATE_SLEEP": "0.25", "SLOW_UPDATES_SLEEP_CRITIC": "1.0"}
-
-
 def _shared(trainer: str) -> bool:
     """The trainer has shared rollout on this verl: the v1 trainer, or RayPPOTrainer from 0.8 on."""
     return trainer == "v1" or compat.verl_in(compat.SHARED_ROLLOUT_V0)
@@ -64,24 +67,15 @@ def _shared(trainer: str) -> bool:
 
 def _env(out: Path, trainer: str) -> dict[str, str]:
     if _shared(trainer):
-        return plugin_env(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves", **LATE_JOIN)
+        return plugin_env(out, VERL_SPLIT="1", VERL_SPLIT_PLACEMENT="halves", RAY_DEDUP_LOGS="0", **LATE_JOIN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
     env["VERL_SPLIT"] = "1"
     return env
 
 
-def _run(tiny_assets, out: Path, steps: int, trainer: str, ckpt_dir: Path, resume: bool) -> PPORun:
-    overrides = [
-        o
-        for o in dry_run_overrides(tiny_assets, steps, "gae", trainer, out, n_gpus_per_node=2)
-        if not o.startswith(("trainer.save_freq=", "trainer.default_local_dir=", "trainer.resume_mode="))
-    ]
-    overrides += [
-        f"trainer.save_freq={SAVED}",
-        f"trainer.default_local_dir={ckpt_dir}",
-        f"trainer.resume_mode={'auto' if resume else 'disable'}",
-    ]
+def _run(tiny_assets, out: Path, trainer: str, ckpt_dir: Path, resume: bool) -> PPORun:
     out.mkdir(parents=True, exist_ok=True)
+    overrides = checkpointed_overrides(tiny_assets, out, trainer, ckpt_dir, resume)
     run = run_main_ppo(overrides, out, env=_env(out, trainer), timeout=420)
     run.assert_ok()
     return run
@@ -103,23 +97,29 @@ def _weights(ckpt_dir: Path, role: str) -> dict[str, torch.Tensor]:
     return weights
 
 
-#: RayPPOTrainer's bit-for-bit resume is in CI on 0.7 (the oldest family's subset); on a family with the v1
-#: trainer, CI runs v1 and leaves v0 to --extended.
+#: On a family with the v1 trainer, CI resumes v1 (from the shared-rollout run) and leaves v0 to --extended; on 0.7
+#: and 0.8 (RayPPOTrainer only) this file runs in `make test-release` (not in CI: its time).
 TRAINERS = ["v0"]
 if compat.family_in(FAMILY, compat.V1_TRAINER):
     TRAINERS = [pytest.param("v0", marks=pytest.mark.extended), "v1"]
 
 
 @pytest.mark.parametrize("trainer", TRAINERS)
-def test_resume_continues_as_the_uninterrupted_run(tiny_assets, tmp_path, trainer):
-    whole = _run(tiny_assets, tmp_path / "whole", STEPS, trainer, tmp_path / "whole_ckpt", resume=False)
+def test_resume_continues_as_the_uninterrupted_run(tiny_assets, tmp_path, trainer, request):
+    if trainer == "v1":  # the shared-rollout run is this job, uninterrupted (tests/conftest.py)
+        whole_dir, whole = request.getfixturevalue("shared_rollout_run")
+        whole.assert_ok()
+        whole_ckpt = whole_dir / "checkpoints"
+    else:
+        whole_ckpt = tmp_path / "whole_ckpt"
+        whole = _run(tiny_assets, tmp_path / "whole", trainer, whole_ckpt, resume=False)
     # Step 2's critic update was left running into step 3 and joined by the save: the checkpoint resumed from.
     assert _by_step(whole)[SAVED].get("split/critic_update_deferred") == 1.0, _by_step(whole)[SAVED]
-    saved = tmp_path / "whole_ckpt" / f"global_step_{SAVED}"
+    saved = whole_ckpt / f"global_step_{SAVED}"
     assert saved.is_dir()
     shutil.copytree(saved, tmp_path / "ckpt" / saved.name)
     (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text(str(SAVED))  # verl's own marker
-    resumed = _run(tiny_assets, tmp_path / "resumed", STEPS, trainer, tmp_path / "ckpt", resume=True)
+    resumed = _run(tiny_assets, tmp_path / "resumed", trainer, tmp_path / "ckpt", resume=True)
 
     expected, got = _by_step(whole), _by_step(resumed)
     assert sorted(got) == list(range(SAVED + 1, STEPS + 1)), f"the resumed run logged steps {sorted(got)}"
@@ -137,7 +137,7 @@ def test_resume_continues_as_the_uninterrupted_run(tiny_assets, tmp_path, traine
                 assert b == pytest.approx(a, rel=V1_METRIC_TOL, abs=V1_METRIC_TOL), f"step {step} {key}: {a} vs {b}"
 
     for role in ("actor", "critic"):
-        a, b = _weights(tmp_path / "whole_ckpt", role), _weights(tmp_path / "ckpt", role)
+        a, b = _weights(whole_ckpt, role), _weights(tmp_path / "ckpt", role)
         assert sorted(a) == sorted(b)
         for name in a:
             if trainer == "v0":

@@ -24,7 +24,8 @@ from verl_split.dryrun.recipe import dry_run_overrides
 
 pytestmark = pytest.mark.e2e
 
-SLEEP_S = 2.0
+#: Each update and preparation call sleeps this long on top of its work (the test plugin), so that overlap shows.
+SLEEP_S = 1.0
 #: The critic's update that fails runs this long first: the actor pool is into the next step by then.
 DEFERRED_FAIL_AFTER_S = 6.0
 #: (losses, weights) tolerance of overlap on vs off with verl's default trainer: why, in
@@ -301,8 +302,9 @@ def test_overlap_changes_no_numbers(overlapped_and_sequential):
 
 
 @pytest.mark.extended(
-    reason="RayPPOTrainer's overlaps keep numbers bit for bit in the 0.7 leg (its default trainer: the module's runs); "
-    "0.8.0's release check runs it on the engine workers with every overlap; critic warm-up's line: test_step_aside.py"
+    reason="RayPPOTrainer's overlaps keep numbers bit for bit in this module's runs on 0.7 (its default trainer; "
+    "make test-release VERL=0.7.1); in CI the 0.7.0 and 0.8.0 release checks run it with every overlap; critic "
+    "warm-up's line: test_step_aside.py"
 )
 def test_v0_trainer_with_critic_warmup_overlaps_and_keeps_numbers(tiny_assets, tmp_path_factory):
     """Legacy trainer: step 1 is critic warm-up (critic only), steps 2-3 overlap their updates,

@@ -3,9 +3,9 @@ and ``VERL_SPLIT_SHARED_ROLLOUT=1``, placement ``halves`` on 2 logical GPUs (one
 
 verl 0.9's v1 trainer (its default). Stand-ins, as in every CPU dry run: verl-split's CPU rollout
 (Hugging Face ``generate`` for vLLM) and its object-store checkpoint engine for verl's NCCL one
-(``verl_split/runtime/cpu/weight_transfer.py``), which runs verl's whole weight-push protocol. The run
-without shared rollout it is compared with is the shared split-halves run (tests/conftest.py):
-same job, same seeds.
+(``verl_split/runtime/cpu/weight_transfer.py``), which runs verl's whole weight-push protocol. The run is
+``shared_rollout_run`` (tests/conftest.py; test_checkpoint_e2e.py resumes from its step-2 checkpoint); the run
+without shared rollout it is compared with is the example's (``example_run``): same job, same seeds.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from support.ppo_run import HALVES_STEPS, halves_overrides, plugin_env, run_main_ppo
+from support.ppo_run import CHECKPOINTED_STEPS, CRITIC_SLEEP_S, halves_overrides, plugin_env, run_main_ppo
 
 from verl_split.core import compat
+from verl_split.dryrun.runner import METRICS_FILE, read_metrics
 
 pytestmark = [
     pytest.mark.e2e,
@@ -32,6 +33,7 @@ pytestmark = [
 TOLERANCE = 1e-5
 #: The dry run's rollout-vs-actor probability gap: the two compute the same log-probs on the CPU.
 PROB_GAP = 1e-6
+STEPS = CHECKPOINTED_STEPS
 
 
 def run_shared(tiny_assets, out: Path, **env: str):
@@ -46,47 +48,29 @@ def run_shared(tiny_assets, out: Path, **env: str):
     return run_main_ppo(halves_overrides(tiny_assets, out), out, env=environment)
 
 
-#: Each request takes this much longer on the CPU rollout (test plugin ``SLOW_GENERATE_SLEEP``): 8 requests a
-#: step, 2 s of generation for one server alone.
-GENERATE_SLEEP_S = 0.25
-#: The critic's update takes this much longer: it outlasts the actor's and runs on into the next step's
-#: generation (the deferral, on by default), which the critic pool then joins late (late_join.py).
-CRITIC_SLEEP_S = 1.0
-
-
-@pytest.fixture(scope="module")
-def shared_run(tiny_assets, tmp_path_factory):
-    """Shared rollout with the deferral: step 1's generation on both pools from the start (the first weights are
-    pushed at start-up), step 2's on the actor pool first and on the critic pool once step 1's critic update ends."""
-    out = tmp_path_factory.mktemp("shared_rollout")
-    return out, run_shared(
-        tiny_assets, out, SLOW_GENERATE_SLEEP=str(GENERATE_SLEEP_S), SLOW_UPDATES_SLEEP_CRITIC=str(CRITIC_SLEEP_S)
-    )
-
-
 def log_lines(log: str, pattern: str) -> list[re.Match]:
     return list(re.finditer(pattern, log))
 
 
-def test_both_pools_generate_every_step(shared_run):
-    _, run = shared_run
+def test_both_pools_generate_every_step(shared_rollout_run):
+    _, run = shared_rollout_run
     run.assert_ok()
     assert "shared rollout: 1 rollout replica(s) on the critic pool (replica ranks [1]" in run.log
     assert "checkpoint engine 'verl_split_cpu'" in run.log
-    assert [m["step"] for m in run.metrics] == list(range(1, HALVES_STEPS + 1))
+    assert [m["step"] for m in run.metrics] == list(range(1, STEPS + 1))
     # The balancer routed requests to both pools in every step (one server per pool here).
     shares = run.series("split/critic_pool_rollout_share")
-    assert len(shares) == HALVES_STEPS and all(0.0 < s < 1.0 for s in shares), shares
+    assert len(shares) == STEPS and all(0.0 < s < 1.0 for s in shares), shares
     # ... and each server says so itself: step k generates with the weights pushed after step k-1.
-    for step in range(1, HALVES_STEPS + 1):
+    for step in range(1, STEPS + 1):
         for replica in (0, 1):
             assert f"replica {replica} generates with the weights of step {step - 1}" in run.log, (replica, step)
 
 
-def test_no_balancer_process_outlives_the_run(shared_run):
+def test_no_balancer_process_outlives_the_run(shared_rollout_run):
     """A load balancer's process once outlived its run by minutes, its raylet gone, reparented to init
     (code_review_3.md item 8): verl-split kills verl's balancer only once it has started. No orphan is left."""
-    _, run = shared_run
+    _, run = shared_rollout_run
     run.assert_ok()
     deadline = time.monotonic() + 15.0
     while (orphans := orphaned_balancers()) and time.monotonic() < deadline:
@@ -110,10 +94,10 @@ def orphaned_balancers() -> list[str]:
     return found
 
 
-def test_the_critic_pool_joins_generation_when_the_critic_update_ends(shared_run):
-    out, run = shared_run
+def test_the_critic_pool_joins_generation_when_the_critic_update_ends(shared_rollout_run):
+    out, run = shared_rollout_run
     run.assert_ok()
-    first, second = run.metrics
+    first, second = run.metrics[:2]
     assert first["split/critic_pool_joined"] == 1.0 and first["split/critic_pool_join_s"] == 0.0  # from the start
     # Step 2: step 1's critic update ran on (deferred); the actor pool generated meanwhile, the critic pool joined
     # after it, took what was still queued, and each step says what that saved.
@@ -134,32 +118,35 @@ def test_the_critic_pool_joins_generation_when_the_critic_update_ends(shared_run
     assert late and update_ends and min(late) > update_ends[0], (late, update_ends)
 
 
-def test_every_replica_gets_every_step_s_weights(shared_run):
-    _, run = shared_run
+def test_every_replica_gets_every_step_s_weights(shared_rollout_run):
+    _, run = shared_rollout_run
     run.assert_ok()
     # The hybrid replica (0) gets them in-process (naive), the critic pool's (1) through the checkpoint engine,
     # once at start-up (step 0) and after every step's update.
-    for step in range(0, HALVES_STEPS + 1):
+    for step in range(0, STEPS + 1):
         for replica in (0, 1):
             assert re.search(rf"replica {replica} loaded \d+ tensors \(step {step}\)", run.log), (replica, step)
     pushes = run.series("split/shared_rollout_sync_s")
-    assert len(pushes) == HALVES_STEPS and all(s > 0.0 for s in pushes), pushes  # logged every step; not a timing
+    assert len(pushes) == STEPS and all(s > 0.0 for s in pushes), pushes  # logged every step; not a timing
     # Sequences generated on the critic pool were sampled with the actor's current weights: verl's
     # rollout-vs-actor probability gap stays at the dry run's ~1e-9 (it covers every sequence of the step).
     gaps = run.series("training/rollout_probs_diff_max")
-    assert len(gaps) == HALVES_STEPS and max(gaps) < PROB_GAP, gaps
+    assert len(gaps) == STEPS and max(gaps) < PROB_GAP, gaps
 
 
-def test_same_numbers_as_without_shared_rollout(shared_run, halves_split_run):
+def test_same_numbers_as_without_shared_rollout(shared_rollout_run, example_run):
     """The CPU rollout seeds each sample from its prompt and the weights' step, not from the replica,
-    so the sampling is the same wherever a request lands: the losses are those of the run without."""
-    _, shared = shared_run
-    _, plain = halves_split_run
+    so the sampling is the same wherever a request lands: the losses are those of the run without (the example's
+    run of the same job, its first steps)."""
+    _, shared = shared_rollout_run
+    example_out, example, console = example_run
     shared.assert_ok()
-    plain.assert_ok()
-    assert "split/critic_pool_rollout_share" not in plain.metrics[0]
+    assert example.returncode == 0, console[-6000:]
+    plain = read_metrics(example_out / METRICS_FILE)
+    assert plain and "split/critic_pool_rollout_share" not in plain[0]
     for key in ("critic/vf_loss", "actor/pg_loss", "critic/vpred_mean", "critic/returns/mean", "response_length/mean"):
-        assert shared.series(key) == pytest.approx(plain.series(key), rel=TOLERANCE, abs=TOLERANCE), key
+        without = [float(step[key]) for step in plain]
+        assert shared.series(key)[: len(without)] == pytest.approx(without, rel=TOLERANCE, abs=TOLERANCE), key
 
 
 @pytest.mark.extended(

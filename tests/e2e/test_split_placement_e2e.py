@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-from support.families import extended_on
 
 from verl_split.dryrun.recipe import dry_run_overrides
 
@@ -31,14 +30,14 @@ def update_sites(out: Path) -> dict[str, set[tuple[int, str]]]:
     return sites
 
 
-@extended_on(
-    ("0.7", "0.8"),
-    "test_overlap_e2e.py's runs there are split placement too, and check each pool's placement group and processes",
+@pytest.mark.extended(
+    reason="test_overlap_e2e.py's runs are split placement too, and check each pool's placement group and processes; "
+    "the example's run (test_examples_e2e.py) the pools on 2 logical GPUs"
 )
 def test_ppo_gae_split_halves(halves_split_run):
     from support.ppo_run import HALVES_STEPS
 
-    out, run = halves_split_run  # shared with test_shared_rollout_e2e.py (tests/conftest.py)
+    out, run = halves_split_run  # tests/conftest.py
     run.assert_ok()
     sites = update_sites(out)
     (actor_pid, actor_pg), (critic_pid, critic_pg) = sites["actor"].pop(), sites["critic"].pop()
@@ -73,6 +72,10 @@ def test_without_verl_split_the_layout_is_stock(tiny_assets, tmp_path):
     assert {pid for pid, _ in sites["actor"]} == {pid for pid, _ in sites["critic"]}
 
 
+@pytest.mark.extended(
+    reason="tests/runtime/placement/test_placement_seams.py runs `python -m verl.trainer.main_ppo` with bad "
+    "placements and checks the same: the error, no Ray started, no traceback"
+)
 def test_bad_placement_stops_main_ppo_before_ray(tiny_assets, tmp_path):
     from support.ppo_run import run_main_ppo
 

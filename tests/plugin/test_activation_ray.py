@@ -78,6 +78,11 @@ print(json.dumps({{"plain": plain, "forwarded": forwarded}}))
     assert result["forwarded"]["active"] is True and result["forwarded"]["env"] == "1"
 
 
+@pytest.mark.extended(
+    reason="doctor --json --ray's report, the worker's patches included: tests/tools/test_doctor_ray_cluster.py "
+    "against a running cluster; a worker of a local Ray the launcher started: "
+    "test_local_cluster_worker_is_active_when_launcher_set_verl_split"
+)
 def test_doctor_json_and_ray_after_plain_install():
     proc = subprocess.run(
         [sys.executable, "-m", "verl_split.tools.cli", "doctor", "--json", "--ray"],

@@ -18,20 +18,28 @@ print(json.dumps({"activation": "verl_split.plugin.activation" in sys.modules, "
 """
 
 
+#: Each case is a fresh interpreter importing verl (7-10 s). The policy itself is one function
+#: (verl_split/core/settings.py), every case of it checked in-process by tests/core/test_settings.py; CI runs one
+#: case of each kind through ``import verl`` (off with bad values, a typo of the switch, a bad value when on).
+ALSO_IN_PROCESS = pytest.mark.extended(reason="the same policy case by case: tests/core/test_settings.py")
+
+
 @pytest.mark.parametrize(
     "env",
     [
-        {"VERL_SPLIT_OVERLAP": "maybe"},
-        {"VERL_SPLIT": "0", "VERL_SPLIT_OVERLAP": "maybe", "VERL_SPLIT_PLACEMENT": "nonsense"},
-        {"VERL_SPLIT": "off", "VERL_SPLIT_CPU": ""},
+        pytest.param({"VERL_SPLIT_OVERLAP": "maybe"}, id="bad-value-alone", marks=ALSO_IN_PROCESS),
+        pytest.param(
+            {"VERL_SPLIT": "0", "VERL_SPLIT_OVERLAP": "maybe", "VERL_SPLIT_PLACEMENT": "nonsense"},
+            id="off-with-bad-values",
+        ),
+        pytest.param({"VERL_SPLIT": "off", "VERL_SPLIT_CPU": ""}, id="both-switches-off", marks=ALSO_IN_PROCESS),
     ],
-    ids=["bad-value-alone", "off-with-bad-values", "both-switches-off"],
 )
 def test_off_is_stock_whatever_the_other_values(env):
     assert run_json(IMPORT_VERL, env=env) == {"activation": False, "wrapt": False}
 
 
-@pytest.mark.parametrize("name", ["VERL_SPLITT", "VERL_SPLIT_CPUU"])
+@pytest.mark.parametrize("name", ["VERL_SPLITT", pytest.param("VERL_SPLIT_CPUU", marks=ALSO_IN_PROCESS)])
 def test_a_typo_of_the_switch_stops_the_run(name):
     proc = run_python("import verl", env={name: "1"})
     assert proc.returncode != 0

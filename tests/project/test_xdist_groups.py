@@ -28,8 +28,9 @@ def test_each_worker_has_a_ray_folder_of_its_own_and_the_dry_run_follows_it(monk
     assert ray_temp_dir() == "/tmp/ray_verl_split"
 
 
-def test_the_files_sharing_the_halves_run_are_one_group():
-    users = {p.name for p in (ROOT / "tests").rglob("test_*.py") if "halves_split_run" in p.read_text()}
+def test_the_files_sharing_a_session_run_are_one_group():
+    shared = ("halves_split_run", "shared_rollout_run", "example_run")  # the session-scoped runs of tests/conftest.py
+    users = {p.name for p in (ROOT / "tests").rglob("test_*.py") if any(run in p.read_text() for run in shared)}
     users.discard(Path(__file__).name)
     assert users == SHARED_RUN_FILES
     assert {group_of(Path("tests/e2e") / name, {"e2e"}) for name in users} == {"shared_run"}

@@ -99,9 +99,47 @@ def plugin_env(out: Path, **env: str) -> dict[str, str]:
     }
 
 
-#: Steps of the split-halves run shared by several e2e files.
+#: Steps of the split-halves run (tests/conftest.py: ``halves_split_run``).
 HALVES_STEPS = 2
 
 
 def halves_overrides(tiny_assets: TinyAssets, out: Path) -> list[str]:
     return dry_run_overrides(tiny_assets, HALVES_STEPS, "gae", None, out, n_gpus_per_node=2)
+
+
+#: Steps of the example's run, and how long it may take (tests/conftest.py: ``example_run``).
+EXAMPLE_STEPS = 2
+EXAMPLE_TIMEOUT_S = 900
+
+#: The checkpointed job: ``CHECKPOINTED_STEPS`` steps, a checkpoint after step ``SAVED_STEP`` (and the last).
+CHECKPOINTED_STEPS = 4
+SAVED_STEP = 2
+
+#: Rollout on both pools with a late join in every step after the first: slower generation (the test plugin's
+#: ``SLOW_GENERATE_SLEEP`` per request, 8 requests a step) and a critic update that outlasts the actor's, runs on
+#: into the next step's generation (the deferral) and holds the critic pool back until it ends (late_join.py).
+GENERATE_SLEEP_S = 0.25
+CRITIC_SLEEP_S = 1.0
+LATE_JOIN = {
+    "VERL_SPLIT_SHARED_ROLLOUT": "1",
+    "SLOW_GENERATE_SLEEP": str(GENERATE_SLEEP_S),
+    "SLOW_UPDATES_SLEEP_CRITIC": str(CRITIC_SLEEP_S),
+}
+
+
+def checkpointed_overrides(
+    tiny_assets: TinyAssets, out: Path, trainer: str | None, checkpoints: Path, resume: bool
+) -> list[str]:
+    """The dry run's GAE job on 2 logical GPUs for ``CHECKPOINTED_STEPS`` steps, saving after step ``SAVED_STEP``
+    into ``checkpoints``; ``resume``: from the latest checkpoint there (verl's ``resume_mode=auto``)."""
+    kept = [
+        o
+        for o in dry_run_overrides(tiny_assets, CHECKPOINTED_STEPS, "gae", trainer, out, n_gpus_per_node=2)
+        if not o.startswith(("trainer.save_freq=", "trainer.default_local_dir=", "trainer.resume_mode="))
+    ]
+    return [
+        *kept,
+        f"trainer.save_freq={SAVED_STEP}",
+        f"trainer.default_local_dir={checkpoints}",
+        f"trainer.resume_mode={'auto' if resume else 'disable'}",
+    ]

@@ -6,7 +6,7 @@ network tiers 14.1 min against 16.8 one at a time, the end-to-end runs 31.0 agai
 run's late join then did not pay). Run so, what must hold:
 
 - A file's tests stay on one worker, so that its module-scoped runs are made once; the files sharing a
-  session-scoped run (``halves_split_run`` in ``tests/conftest.py``) stay together too. Unit tests get no group:
+  session-scoped run (``tests/conftest.py``) stay together too. Unit tests get no group:
   xdist spreads them one by one.
 - Each worker's Ray lives in a folder of its own (``RAY_TMPDIR``, set by ``tests/conftest.py``; the dry run's
   folder follows it, ``verl_split.dryrun.recipe.ray_temp_dir``): a ``ray start`` or ``ray.cluster_utils.Cluster``
@@ -18,8 +18,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: Files whose tests share one session-scoped run.
-SHARED_RUN_FILES = frozenset({"test_split_placement_e2e.py", "test_shared_rollout_e2e.py"})
+#: Files whose tests share session-scoped runs (tests/conftest.py: the split-halves, shared-rollout and example runs).
+SHARED_RUN_FILES = frozenset(
+    {"test_split_placement_e2e.py", "test_shared_rollout_e2e.py", "test_checkpoint_e2e.py", "test_examples_e2e.py"}
+)
 
 
 def group_of(path: Path, markers: set[str]) -> str | None:

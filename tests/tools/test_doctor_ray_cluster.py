@@ -138,8 +138,10 @@ def test_doctor_ray_joins_a_running_cluster_without_asking_it_for_resources(ray_
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout)
+    assert report["supported"] is True and report["active"] is True and "runtime_env" in report["patches"]
     worker = report["ray_worker"]
     assert worker["pid"] != report["pid"] and worker["active"] is True, worker
+    assert worker["patches"] == report["patches"]  # the worker patched what the launching process did
     # Ray names the cluster by the node's address, whatever host the test gave it.
     port = address.rsplit(":", 1)[1]
     joined = worker["ray_cluster"]

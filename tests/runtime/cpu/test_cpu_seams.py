@@ -10,7 +10,7 @@ sees a ``cpu`` device, a device module with the memory and RNG calls, gloo, and 
 from __future__ import annotations
 
 import pytest
-from support.families import FAMILY
+from support.families import FAMILY, extended_on
 from support.pyrun import run_json
 
 from verl_split import seam_catalogue
@@ -136,6 +136,7 @@ def test_cpu_mode_off_changes_nothing():
     assert out["applied"] == []
 
 
+@extended_on(("0.7",), "the wrapping's idempotence and unpatching are verl-split's own code: in CI on 0.9")
 def test_cpu_seams_idempotent_and_reversible():
     out = run_json(
         STATE
