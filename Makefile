@@ -10,9 +10,10 @@ $(BIN)/verl-split: pyproject.toml
 	$(BIN)/pip install -q -U pip uv
 	# The CPU build of torch first, pinned, with pip (the machine's file of it is found by pip, not by uv): an
 	# unpinned torch would pull gigabytes of CUDA. The rest with uv, under the same pins (torch==2.13.0 among
-	# them): the same packages as pip resolves, in about 10 s instead of 95 (measured on a fresh venv).
+	# them): the same packages as pip resolves, in about 10 s instead of 95 (measured on a fresh venv); compiled
+	# to bytecode at install, as pip does.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/uv pip install --python $(BIN)/python -q -e '.[test]' -c constraints/verl-0.9.txt
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode -e '.[test]' -c constraints/verl-0.9.txt
 	touch $@
 
 # The same PPO job on CPU three ways (stock verl, split placement with overlaps off, then on): a per-phase
@@ -20,11 +21,10 @@ $(BIN)/verl-split: pyproject.toml
 demo: $(BIN)/verl-split
 	VERL_SPLIT=1 $(BIN)/verl-split demo --compare --out demo_output
 
-# The unit tier on both cores (pytest-xdist, -n 2; --dist loadgroup keeps a file's tests on one worker, and each
-# worker's Ray gets a folder of its own: tests/support/xdist_groups.py), then every other tier in one process, in
-# order. The other tiers stay serial: the machine is already busy there (a subprocess test's `import verl`, an
-# end-to-end run's start-up); two at once took 14.1 min for what one at a time does in 16.8, and the end-to-end
-# runs 31.0 min against 25.3, one shared-rollout run's late join then not paying.
+# The unit tier, then the subprocess and network tiers, each on both cores (pytest-xdist, -n 2; --dist loadgroup
+# keeps a file's tests on one worker, and each worker's Ray gets a folder of its own: tests/support/xdist_groups.py),
+# then the end-to-end runs one at a time: two at once took 31.0 min against 25.3 and one shared-rollout run's late
+# join then did not pay, where the subprocess and network tiers took 14.1 min against 16.8 one at a time.
 XDIST := -n 2 --dist loadgroup
 # Bytecode caches on: with PYTHONDONTWRITEBYTECODE set (as on this project's machines) every test process, Ray
 # worker and fresh interpreter compiles verl-split again, and pytest rewrites every test module's asserts again.
@@ -32,7 +32,8 @@ unexport PYTHONDONTWRITEBYTECODE
 test: $(BIN)/verl-split
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m unit $(XDIST)
-	$(BIN)/python -m pytest -m "not unit"
+	$(BIN)/python -m pytest -m "not unit and not e2e" $(XDIST)
+	$(BIN)/python -m pytest -m e2e
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
 
@@ -67,15 +68,17 @@ OLDEST_SEAMS := tests/plugin/test_preflight.py tests/runtime/placement/test_plac
 	tests/runtime/cpu/test_cpu_seams.py tests/runtime/overlap/test_megatron_legacy.py tests/core/test_citations.py
 test-oldest:
 	scripts/family-env.sh $(OLDEST_FAMILY)
-	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_SEAMS)
+	.venvs/verl-$(OLDEST_FAMILY)/bin/python -m pytest $(OLDEST_SEAMS) $(XDIST)
 
 # Every other PyPI release of the tested families (compat.TESTED_RELEASES; tests/project/test_releases.py checks the
-# list): installed over its family's environment, the preflight, one 2-step split dry run
+# list): installed over its family's environment, the preflight, one 2-step split dry run and its metrics
 # (scripts/check-release.sh). 0.9.0 runs over .venv, 0.7.0 and 0.8.0 over .venvs/verl-0.7: their verl
-# requirements are the same as the pinned release's (scripts/release-env.sh checks).
+# requirements are the same as the pinned release's (scripts/release-env.sh checks). 0.9.0's run is GRPO (no
+# critic), CI's GRPO run end to end (the 0.9 family's GAE jobs run in the whole suite on 0.9.1).
 RELEASE_CHECKS ?= 0.9.0 0.7.0 0.8.0
+RELEASE_GRPO ?= 0.9.0
 test-releases:
-	scripts/check-release.sh $(RELEASE_CHECKS)
+	RELEASE_GRPO="$(RELEASE_GRPO)" scripts/check-release.sh $(RELEASE_CHECKS)
 
 # The whole suite on one release: make test-release VERL=0.9.0 (any release of a family with an environment),
 # VERL=main (.venvs/verl-main, from verl's source tree: scripts/source-env.sh).

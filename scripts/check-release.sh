@@ -2,9 +2,12 @@
 # The short check of a verl release that no full test leg runs on (make test-releases, CI): install it over
 # its family's environment (scripts/release-env.sh), the preflight (`verl-split doctor --json` with
 # VERL_SPLIT=1: every feature available, healthy), then one 2-step split-placement CPU dry run
-# (`verl-split demo --steps 2`: stock main_ppo, both pools, the overlaps on). One line per release with its
-# time, then a closing "releases: N passed, M failed".
+# (`verl-split demo --steps 2`: stock main_ppo, both pools, the overlaps on) and what its metrics say (the
+# updates overlapped in both steps). A release named in RELEASE_GRPO runs GRPO instead (no critic: the run
+# trains none, overlaps nothing and says why). One line per release with its time, then a closing
+# "releases: N passed, M failed".
 #   scripts/check-release.sh 0.9.0 0.7.0 0.8.0
+#   RELEASE_GRPO=0.9.0 scripts/check-release.sh 0.9.0 0.7.0 0.8.0
 #   RELEASE_CHECK_JOBS=1 scripts/check-release.sh 0.9.0 0.7.0    # one release at a time
 # The installs run one after the other; the checks of up to RELEASE_CHECK_JOBS releases (default 3) run at
 # once: a 2-step dry run mostly waits for Ray to start its processes (about 30 s of CPU in 70 s on 2 cores),
@@ -31,12 +34,33 @@ assert report["healthy"] and report["supported"] and report["active"], report["p
 print(f"preflight: {', '.join(f['label'] for f in report['preflight'].values())} available; "
       f"patches applied: {', '.join(report['patches'])}")
 PY
-    echo "2-step dry run" >"$dir/step"
+    local algo=gae
+    [[ " ${RELEASE_GRPO:-} " == *" $release "* ]] && algo=grpo
+    echo "2-step $algo dry run" >"$dir/step"
     # The tiny assets per environment (a tokenizer saved by transformers 5 does not load in 4); a Ray
     # temporary folder per release, so that checks running at once never share one.
-    VERL_SPLIT=1 "$RELEASE_BIN/verl-split" demo --steps 2 --out "$dir/demo" \
+    VERL_SPLIT=1 "$RELEASE_BIN/verl-split" demo --steps 2 --algo "$algo" --out "$dir/demo" \
         --assets "$out/assets-$(basename "$(dirname "$RELEASE_BIN")")" \
-        "ray_kwargs.ray_init._temp_dir=/tmp/ray_vs_$release" >"$dir/demo.log" 2>&1
+        "ray_kwargs.ray_init._temp_dir=/tmp/ray_vs_$release" >"$dir/demo.log" 2>&1 || return 1
+    # What the run did, from verl's own metrics and log: with a critic both pools' updates overlapped in every
+    # step; GRPO trained no critic, overlapped nothing, and the run said why.
+    echo "$algo run's metrics" >"$dir/step"
+    "$RELEASE_PYTHON" - "$dir/demo" "$algo" >>"$dir/preflight.txt" 2>&1 <<'PY' || return 1
+import sys
+from pathlib import Path
+from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, read_metrics
+out, algo = Path(sys.argv[1]), sys.argv[2]
+steps = read_metrics(out / METRICS_FILE)
+assert [s["step"] for s in steps] == [1, 2], [s.get("step") for s in steps]
+overlapped = [s.get("split/overlapped") for s in steps]
+if algo == "grpo":
+    assert not any("critic/vf_loss" in s for s in steps), "GRPO trained a critic"
+    assert all("actor/kl_loss" in s for s in steps) and overlapped == [0.0, 0.0], overlapped
+    assert "The actor's update runs alone: this run has no critic" in (out / LOG_FILE).read_text(errors="replace")
+else:
+    assert all("critic/vf_loss" in s for s in steps) and overlapped == [1.0, 1.0], overlapped
+print(f"{algo} dry run: 2 steps, split/overlapped {overlapped}")
+PY
 }
 
 declare -A dirs

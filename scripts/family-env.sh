@@ -31,7 +31,7 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 "${pip[@]}" torch==2.13.0
 # A family may name more extras on a line `# extras: a,b` of its constraints file (0.7: megatron-cpu).
 extras=$(sed -n 's/^# extras: *//p' "$constraints")
-"$venv/bin/uv" pip install --python "$venv/bin/python" -q -c "$constraints" "$verl_pin" -e ".[test${extras:+,$extras}]"
+"$venv/bin/uv" pip install --python "$venv/bin/python" -q --compile-bytecode -c "$constraints" "$verl_pin" -e ".[test${extras:+,$extras}]"
 "$venv/bin/python" - "$family" <<'PY'
 import sys
 from importlib import metadata

@@ -76,6 +76,8 @@ def test_ci_runs_every_tested_release():
     checked = set(makefile_value("RELEASE_CHECKS").split())
     assert full_legs | checked == set(compat.TESTED_RELEASES)
     assert not full_legs & checked, "a release with a full leg needs no short check"
+    grpo = set(makefile_value("RELEASE_GRPO").split())
+    assert grpo and grpo <= checked, f"RELEASE_GRPO {grpo} names releases RELEASE_CHECKS does not check"
     makefile = (ROOT / "Makefile").read_text()
     test_target = makefile[makefile.index("\ntest:") :].split("\n\n")[0]
     assert "test-oldest" in test_target and "test-releases" in test_target

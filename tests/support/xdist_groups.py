@@ -1,9 +1,9 @@
-"""What each pytest-xdist worker runs together, and apart (``-n 2 --dist loadgroup``: ``make test``'s unit tier;
-any tier when run so by hand).
+"""What each pytest-xdist worker runs together, and apart (``-n 2 --dist loadgroup``: ``make test``'s unit,
+subprocess and network tiers; any tier when run so by hand).
 
-``make test`` runs the other tiers in one process: on 2 cores two at once were no faster (the subprocess and
-network tiers 14.1 min against 16.8 one at a time, the end-to-end runs 31.0 against 25.3 min, and a shared-rollout
-run's late join then did not pay). Run so, what must hold:
+``make test`` runs the end-to-end runs one at a time: two at once were slower (31.0 min against 25.3) and a
+shared-rollout run's late join then did not pay; the subprocess and network tiers gained (14.1 min against 16.8).
+Run so, what must hold:
 
 - A file's tests stay on one worker, so that its module-scoped runs are made once; the files sharing a
   session-scoped run (``tests/conftest.py``) stay together too. Unit tests get no group:

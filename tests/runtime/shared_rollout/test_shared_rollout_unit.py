@@ -112,7 +112,25 @@ def test_the_push_wakes_then_fills_the_critic_pool_replicas_before_the_stock_syn
         ("balancer", "ungate"),  # every server open, no cap: verl's own routing
         ("hybrid", "update_weights", 3),
     ]
+    both.manager.sleep_replicas()  # the generation with those weights ends: the push is logged with its step
     assert both.trainer._pending_sync_metrics[both_pools.SYNC_METRIC] >= 0.0  # recorded; its size is not tested
+
+
+def test_each_push_is_logged_with_the_step_that_generates_with_it(both):
+    """The sync at a step's end pushes the next step's weights: logged in the next step's record, as a late join's
+    push is (it happens during that step's generation). Logged with the step that made it, a push after a step
+    whose own push had been late overwrote that one, and the next step had none (seen after a checkpoint, which
+    joins the deferred critic update so that the next sync is not late)."""
+    both.manager.update_weights(0)  # at start-up
+    assert both_pools.SYNC_METRIC not in (getattr(both.trainer, "_pending_sync_metrics", None) or {})
+    both.manager.sleep_replicas()  # step 1's generation ends
+    step_1 = both.trainer._pending_sync_metrics
+    both.trainer._pending_sync_metrics = {}  # verl consumes them at step 1's end, after its sync:
+    both.manager.update_weights(1)
+    assert both.trainer._pending_sync_metrics == {}  # not step 1's
+    both.balancer.routed = {"cpu-rollout-0": 4, "cpu-rollout-1": 4}
+    both.manager.sleep_replicas()  # step 2's generation ends
+    assert both_pools.SYNC_METRIC in step_1 and both_pools.SYNC_METRIC in both.trainer._pending_sync_metrics
 
 
 def test_after_generation_both_sleep_and_the_share_is_the_critic_pool_s_requests(both):
@@ -129,8 +147,8 @@ def test_after_generation_both_sleep_and_the_share_is_the_critic_pool_s_requests
 
 def test_the_metrics_join_what_verl_already_has_pending(both):
     both.trainer._pending_sync_metrics = {"delta/changed_ratio": 0.5}
-    both.manager.sleep_replicas()
     both.manager.update_weights(1)
+    both.manager.sleep_replicas()
     assert {"delta/changed_ratio", both_pools.SHARE_METRIC, both_pools.SYNC_METRIC} <= set(
         both.trainer._pending_sync_metrics
     )

@@ -68,6 +68,9 @@ class BothPoolsCheckpointManager:
         self._late: LateJoin | None = None
         self._shared_awake = False
         self._push_s: float | None = None  # the last wake-up and push, measured: the rate model's cost of a join
+        #: A push made at a weight sync, logged with the step that generates with those weights (at its
+        #: sleep_replicas), as a late join's push is: each step's record has the push of its own weights.
+        self._push_to_log: float | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.hybrid, name)
@@ -119,8 +122,7 @@ class BothPoolsCheckpointManager:
         self._wake_and_push(global_steps)
         if self._balancer is not None:
             ray.get(self._balancer.ungate.remote())
-        self._push_s = time.perf_counter() - started
-        self._pending({SYNC_METRIC: self._push_s})
+        self._push_s = self._push_to_log = time.perf_counter() - started
         return self.hybrid.update_weights(global_steps)
 
     def _critic_workers(self) -> list[Any]:
@@ -200,7 +202,11 @@ class BothPoolsCheckpointManager:
         late, joined = self._finish_late()
         self.hybrid.sleep_replicas()
         self._sleep_shared()
-        self._pending(self._step_metrics(self.take_step(), late, joined))
+        metrics = self._step_metrics(self.take_step(), late, joined)
+        if self._push_to_log is not None:  # pushed at the sync before this generation (a late join's: in metrics)
+            metrics.setdefault(SYNC_METRIC, self._push_to_log)
+            self._push_to_log = None
+        self._pending(metrics)
 
     def _step_metrics(self, step: dict[str, Any], late: LateJoin | None, joined: bool) -> dict[str, float]:
         routed = step.get("routed", {})
