@@ -98,8 +98,9 @@ def halves_split_run(tiny_assets, tmp_path_factory) -> tuple[Path, PPORun]:
 @pytest.fixture(scope="session")
 def shared_rollout_run(tiny_assets, tmp_path_factory) -> tuple[Path, PPORun]:
     """Split placement ``halves`` on 2 logical GPUs with rollout on both pools (verl 0.9's v1 trainer) and the
-    deferral, the critic pool joining each step after the first late (``LATE_JOIN``), checkpoints after steps 2
-    and 4 in ``OUT/checkpoints``: test_shared_rollout_e2e checks what shared rollout did, test_checkpoint_e2e
+    deferral, checkpoints after steps 2 and 4 in ``OUT/checkpoints``. The critic pool joins steps 2 and 4 late
+    (``LATE_JOIN``); steps 1 and 3 it generates from the start (step 3 follows the checkpoint, whose save joined
+    step 2's critic update): test_shared_rollout_e2e checks what shared rollout did, test_checkpoint_e2e
     resumes from step 2's checkpoint and compares with it."""
     out = tmp_path_factory.mktemp("shared_rollout")
     env = plugin_env(

@@ -115,9 +115,10 @@ EXAMPLE_TIMEOUT_S = 900
 CHECKPOINTED_STEPS = 4
 SAVED_STEP = 2
 
-#: Rollout on both pools with a late join in every step after the first: slower generation (the test plugin's
-#: ``SLOW_GENERATE_SLEEP`` per request, 8 requests a step) and a critic update that outlasts the actor's, runs on
-#: into the next step's generation (the deferral) and holds the critic pool back until it ends (late_join.py).
+#: Rollout on both pools with late joins: slower generation (the test plugin's ``SLOW_GENERATE_SLEEP`` per
+#: request, 8 requests a step) and a critic update that outlasts the actor's, runs on into the next step's
+#: generation (the deferral) and holds the critic pool back until it ends (late_join.py); not after a checkpoint,
+#: whose save joins the update.
 GENERATE_SLEEP_S = 0.25
 CRITIC_SLEEP_S = 1.0
 LATE_JOIN = {
