@@ -101,8 +101,8 @@ def installed_version(distribution: str = "verl") -> str | None:
 
 @functools.cache
 def _metadata_version(distribution: str) -> str | None:
-    # Read once per process: each read parses the distribution's METADATA (about 4 ms), and every seam's
-    # applies_to() asks (a fresh process's activation asked ~50 times, a test fingerprinting verl 16,000).
+    # Read once per process: each read parses the distribution's METADATA (3.8 ms a call under cProfile), and
+    # every seam's applies_to() asks (once per seam at activation; 16,828 times in one test's fingerprints).
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
