@@ -19,13 +19,13 @@ are pushed to it, at once:
 * a fixed allowance for the CUDA contexts and NCCL of the processes on the GPU (critic worker,
   checkpoint-engine worker, vLLM engine): ``CONTEXT_GB_PER_PROCESS`` each.
 
-So ``need = u x M + critic state + 2 x bucket + 3 x 1 GiB`` must stay within ``M``.
+So ``need = u x M + critic state + 2 x bucket + 3 x 1.75 GiB`` must stay within ``M``.
 
 Every actor-pool GPU joins the push too: verl's checkpoint-engine manager prepares every actor rank
 (``CheckpointEngineManager.build_process_group`` in ``checkpoint_engine/base.py``), and each allocates the same
 two buffers (``NCCLCheckpointEngine.prepare``) beside the actor's state (its parameters loaded for the export) and a
 reference model's. When the push comes at the weight sync, the actor pool's hybrid vLLM is asleep then:
-``actor state + ref state + 2 x bucket + 2 x 1 GiB`` (actor worker, vLLM) must stay within ``M``. Under the
+``actor state + ref state + 2 x bucket + 2 x 1.75 GiB`` (actor worker, vLLM) must stay within ``M``. Under the
 late join (``VERL_SPLIT_LATE_JOIN=on`` with ``defer_critic``) the push comes while that vLLM generates, awake:
 its ``u x M`` is resident too, and counted. Transient tensors of the export (one gathered weight at a time) are
 not counted.
@@ -55,8 +55,13 @@ from verl_split.placement.train_state import GIB, State, role_state
 
 __all__ = ["GIB", "MemoryEstimate", "check", "detect_gpu_gb", "estimate", "params_from_config", "with_memory_estimate"]
 
-#: CUDA context and NCCL of one process on a GPU, a round allowance.
-CONTEXT_GB_PER_PROCESS = 1.0
+#: CUDA context and NCCL of one process on a GPU, an allowance above what one GPU measured
+#: (``benchmarks/gpu_push_cost.py`` on an H200, torch 2.11 / CUDA 13, ``benchmarks/gpu_push_cost_h200.json``):
+#: the context 0.51 GiB, a torch NCCL communicator 0.63 GiB and cupy's (the push's) 0.38 GiB, each with one
+#: rank. The actor's worker holds all three at the push, 1.53 GiB; a communicator over many ranks takes more
+#: (NCCL's buffers per peer), so 0.2 GiB above it.
+#: It was 1 GiB before that measurement.
+CONTEXT_GB_PER_PROCESS = 1.75
 #: The processes on a critic-pool GPU with shared rollout: critic worker, checkpoint-engine worker, vLLM.
 PROCESSES = 3
 #: On an actor-pool GPU: the actor's worker (reference and checkpoint engine inside it), the sleeping vLLM.

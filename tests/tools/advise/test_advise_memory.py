@@ -14,6 +14,7 @@ from support.megatron_recipes import PPO_8B, PPO_8B_DEFAULTS, recipe
 from test_advise_log_config import QWEN3_8B, REAL_LOG, console_of, fsdp_recipe
 
 from verl_split.placement import Cluster
+from verl_split.placement.memory import CONTEXT_GB_PER_PROCESS
 from verl_split.placement.train_state import GIB
 from verl_split.tools.advise import advise
 from verl_split.tools.advise.logs import read_log
@@ -33,9 +34,9 @@ def test_a_7b_critic_with_adam_does_not_fit_one_80_gib_gpu(tmp_path):
     advice = advise([stock(tmp_path)], Cluster(1, 8), gpu_gb=80, model_params=SEVEN_B, critic_params=SEVEN_B)
     refused = dict(advice.rejected)
     # fp32 parameters 4 B + gradients 4 B + Adam's moments 8 B = 16 B a parameter: 104 GiB on one GPU.
-    assert "the critic pool's GPUs cannot hold its models: 105.3 GiB per GPU at the critic's update" in refused["7:1"]
+    assert "the critic pool's GPUs cannot hold its models: 106.1 GiB per GPU at the critic's update" in refused["7:1"]
     (critic,) = [n for n in advice.memory.needs(7, 1, False) if n.pool == "critic pool"]
-    assert critic.need_gb == pytest.approx(16 * SEVEN_B / GIB + 1.0)
+    assert critic.need_gb == pytest.approx(16 * SEVEN_B / GIB + CONTEXT_GB_PER_PROCESS)
     offered = {name for c in advice.candidates for name in (c.placement, *c.same_prediction_as)}
     assert "7:1" not in offered and "6:2" in offered  # two GPUs: 53 GiB each
 
@@ -71,7 +72,7 @@ def test_megatron_state_is_sharded_by_the_mesh_and_the_distributed_optimizer():
     assert (rule.actor_params, rule.critic_params) == (SEVEN_B, SEVEN_B)  # deepseek-llm-7b-chat: from its name
     critic = rule.needs(4, 4, False)[1]
     # TP=4: bf16 parameters 2/4 + fp32 grads 4/4 + Adam 12 B over the pool's 4 GPUs.
-    assert critic.need_gb == pytest.approx((2 / 4 + 4 / 4 + 12 / 4) * SEVEN_B / GIB + 1.0)
+    assert critic.need_gb == pytest.approx((2 / 4 + 4 / 4 + 12 / 4) * SEVEN_B / GIB + CONTEXT_GB_PER_PROCESS)
 
 
 def test_sizes_from_names():

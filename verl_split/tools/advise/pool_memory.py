@@ -8,7 +8,7 @@ them). What this module adds is the moment each pool peaks, which the planner's 
 * a role's update: its whole training state on the GPU, offloaded parts loaded back (verl loads the parameters for
   the update and the optimizer for its step), plus FSDP's gradients (the dtype of the parameters, sharded like
   them; Megatron's grad buffer is in ``role_state`` already), beside what the pool's other roles keep resident;
-* plus 1 GiB of CUDA context and NCCL per process on the GPU (``placement.memory.CONTEXT_GB_PER_PROCESS``): the
+* plus 1.75 GiB of CUDA context and NCCL per process on the GPU (``placement.memory.CONTEXT_GB_PER_PROCESS``): the
   workers' and vLLM's.
 
 Activations are not counted (they depend on micro-batches and checkpointing): the rule refuses only what cannot fit
