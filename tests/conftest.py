@@ -23,6 +23,7 @@ from support.ppo_run import (
     run_main_ppo,
 )
 from support.xdist_groups import group_of, ray_folder
+from support.yaml_cache import install as cache_yaml_parses
 
 from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
 
@@ -36,6 +37,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    cache_yaml_parses()  # verl's hydra files, parsed once per process (support/yaml_cache.py)
     # Under xdist each worker's Ray (and every process it starts) gets a folder of its own: support/xdist_groups.py.
     folder = ray_folder(os.environ.get("PYTEST_XDIST_WORKER"))
     if folder is not None:

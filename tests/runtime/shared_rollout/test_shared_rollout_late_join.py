@@ -402,15 +402,19 @@ def test_the_critic_pool_wakes_only_after_every_critic_rank_answers(late, monkey
 
 
 def test_a_join_that_never_ends_stops_the_run_at_the_documented_limit(late, monkeypatch):
-    monkeypatch.setattr(late.shared, "update_weights", lambda global_steps=None: time.sleep(30))
+    push_ends = threading.Event()  # a push that hangs until the test is over (then its thread ends at once)
+    monkeypatch.setattr(late.shared, "update_weights", lambda global_steps=None: push_ends.wait(30))
     late.manager.update_weights(4)
     late.manager._late.timeout_s = 0.3
     late.critic.set_result("critic done")
     wait_for(lambda: ("shared", "wake_up_replicas") in late.journal)
     started = time.monotonic()
-    with pytest.raises(SharedRolloutError, match=r"did not end within 0.3s"):
-        late.manager.sleep_replicas()
-    assert time.monotonic() - started < 5
+    try:
+        with pytest.raises(SharedRolloutError, match=r"did not end within 0.3s"):
+            late.manager.sleep_replicas()
+        assert time.monotonic() - started < 5
+    finally:
+        push_ends.set()
 
 
 def test_a_second_sync_ends_the_first_late_join_before_it_starts_another(late):
