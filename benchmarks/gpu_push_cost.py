@@ -172,7 +172,9 @@ def pack_into_buckets(tensors: list[torch.Tensor], rounds: int, buckets: list[to
 
 
 def measure_model(name: str, shape: Shape, device: torch.device, bucket_bytes: int, repeats: int) -> dict:
-    whole_fits = name != "70B"
+    # The whole model, its buckets and a second copy's worth of headroom, or one layer packed once per layer.
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else float("inf")
+    whole_fits = 2 * shape.params() * 2 + 2 * bucket_bytes < free
     layer_tensors = [torch.randn(s, dtype=torch.bfloat16, device=device) for s in shape.layer_tensors()]
     outer = [torch.randn(s, dtype=torch.bfloat16, device=device) for s in shape.outer_tensors()]
     layers = [layer_tensors] + (
