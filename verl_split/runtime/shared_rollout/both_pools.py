@@ -67,7 +67,11 @@ class BothPoolsCheckpointManager:
         self._late_join = late_join
         self._late: LateJoin | None = None
         self._shared_awake = False
-        self._push_s: float | None = None  # the last wake-up and push, measured: the rate model's cost of a join
+        #: The rate model's cost of a join: the last wake-up and push measured, except the run's first. The first
+        #: is cold (the transfer's first set-up and the replicas' first wake-up: 1.3 s in a CPU run whose later
+        #: pushes took 0.11 s) and no estimate of the next; until a second push there is none (join_pays).
+        self._push_s: float | None = None
+        self._pushes = 0
         #: A push made at a weight sync, logged with the step that generates with those weights (at its
         #: sleep_replicas), as a late join's push is: each step's record has the push of its own weights.
         self._push_to_log: float | None = None
@@ -122,7 +126,8 @@ class BothPoolsCheckpointManager:
         self._wake_and_push(global_steps)
         if self._balancer is not None:
             ray.get(self._balancer.ungate.remote())
-        self._push_s = self._push_to_log = time.perf_counter() - started
+        self._push_to_log = time.perf_counter() - started
+        self._measured_push(self._push_to_log)
         return self.hybrid.update_weights(global_steps)
 
     def _critic_workers(self) -> list[Any]:
@@ -181,8 +186,13 @@ class BothPoolsCheckpointManager:
         except Exception as exc:
             raise self._failure(f"joining the generation after step {late.global_steps} late", exc) from exc
         if late is not None and late.push_s is not None:
-            self._push_s = late.push_s
+            self._measured_push(late.push_s)
         return late, joined
+
+    def _measured_push(self, seconds: float) -> None:
+        self._pushes += 1
+        if self._pushes > 1:  # the first is cold (see __init__)
+            self._push_s = seconds
 
     def _sleep_shared(self) -> None:
         if self._shared_awake:  # after generation (PPOTrainerSync.on_sample_end): a replica that died shows here

@@ -95,8 +95,14 @@ def join_pays(
     take the rest at ``r * (H + C) / H`` (a critic-pool server as fast as an actor-pool one). The join pays
     when at least one request is still queued when the push ends: then the critic pool's share shortens the
     rest of the generation, and a join that would find the queue empty (a wake-up and a push for nothing,
-    waited for at generation's end) is not made. Before the first request ended there is no rate: a queue is
-    there to take, so it joins.
+    waited for at generation's end) is not made.
+
+    Before the first request has ended there is no measured rate, only a bound: the requests in flight have
+    run ``since_first_s`` so far, so at best they all end now, and the actor pool's rate is at most
+    ``in flight / since_first_s``. The model is then asked with that rate, the fastest the actor pool can be:
+    the join is made only if it pays even so. (Joining blindly there, a push of 0.77 s came 0.98 s into a
+    1.5 s generation and found the queue gone.) Before any request was routed nothing is known and a queue
+    is there: it joins.
     """
     left = max(int(requests) - int(progress.get("routed", 0)), int(progress.get("queued", 0)), 0)
     h, c = max(hybrid_servers, 1), shared_servers
@@ -104,19 +110,24 @@ def join_pays(
     if left <= 0 or c <= 0:
         return JoinForecast(False, left, 0.0, 0.0, 0.0, "nothing is left queued for the critic pool")
     since, released = progress.get("since_first_s"), int(progress.get("released", 0))
-    if not since or released <= 0:
-        return JoinForecast(True, left, None, None, left * c / (h + c), "no request has ended yet: no rate to judge")
-    rate = released / since
+    in_flight = int(progress.get("routed", 0)) - released
+    if not since or (released <= 0 and in_flight <= 0):
+        return JoinForecast(True, left, None, None, left * c / (h + c), "no request has been routed yet: no rate")
+    # Measured, or (nothing ended yet) the bound: every request in flight ends now.
+    rate = (released if released > 0 else in_flight) / since
+    bound = "" if released > 0 else "no request has ended yet, if all in flight ended now: "
     alone = left / rate
     after_push = left - rate * push
     if after_push < 1.0:
-        return JoinForecast(False, left, alone, alone, 0.0, f"the actor pool ends the queue before a {push:.1f}s push")
+        return JoinForecast(
+            False, left, alone, alone, 0.0, f"{bound}the actor pool ends the queue before a {push:.1f}s push"
+        )
     joined = push + after_push / (rate * (h + c) / h)
     takes = after_push * c / (h + c)
     pays = after_push >= 1.0
     why = (
-        f"{left} requests left: {alone:.1f}s on the actor pool alone, {joined:.1f}s with the critic pool after a "
-        f"{push:.1f}s push, which would take ~{math.floor(takes)}"
+        f"{bound}{left} requests left: {alone:.1f}s on the actor pool alone, {joined:.1f}s with the critic pool "
+        f"after a {push:.1f}s push, which would take ~{math.floor(takes)}"
     )
     return JoinForecast(pays, left, alone, joined, takes, why)
 
