@@ -7,11 +7,14 @@ loads this file, so a test at any depth imports them as ``support.<module>``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
+from support import compose_cache
 from support.ppo_run import (
     EXAMPLE_STEPS,
     EXAMPLE_TIMEOUT_S,
@@ -38,6 +41,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     cache_yaml_parses()  # verl's hydra files, parsed once per process (support/yaml_cache.py)
+    # ... and each composed config kept on disk by what decides it (support/compose_cache.py)
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    compose_cache.install(cache.mkdir("verl-split-compose") if cache is not None else None)
     # Under xdist each worker's Ray (and every process it starts) gets a folder of its own: support/xdist_groups.py.
     folder = ray_folder(os.environ.get("PYTEST_XDIST_WORKER"))
     if folder is not None:
@@ -78,6 +84,32 @@ def _fresh_process_state():
 def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> TinyAssets:
     """The tiny model, tokenizer, data set and reward function, made once per pytest run."""
     return make_tiny_assets(tmp_path_factory.mktemp("tiny_assets"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_composes_kept_that_name_this_run_s_temporary_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    compose_cache.skip_containing(str(tmp_path_factory.getbasetemp()))  # support/compose_cache.py
+
+
+@pytest.fixture(scope="session")
+def model_folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """``model_folder(name, shape)``: a folder ``name`` holding ``config.json`` with ``shape`` (a model's HF
+    config, no weights). It lives at a path made of its content, in pytest's cache when there is one, so a test
+    that composes a config naming it composes the same config on every run (support/compose_cache.py)."""
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    root = cache.mkdir("verl-split-models") if cache is not None else tmp_path_factory.mktemp("models")
+
+    def make(name: str, shape: dict) -> Path:
+        text = json.dumps(shape, sort_keys=True)
+        folder = root / hashlib.sha256(f"{name}\0{text}".encode()).hexdigest()[:16] / name
+        if not (folder / "config.json").exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / f"config.json.{os.getpid()}"  # whole, then renamed: xdist workers share the cache
+            partial.write_text(text)
+            os.replace(partial, folder / "config.json")
+        return folder
+
+    return make
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
@@ -40,10 +39,8 @@ PACKAGE = ROOT / "verl_split"
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("model")
-    (folder / "config.json").write_text(json.dumps(MODEL))
-    return folder
+def model_dir(model_folder):
+    return model_folder("model", MODEL)
 
 
 def _without_followers(job: Job) -> Job:

@@ -8,6 +8,7 @@ source with ``ast``: nothing is imported.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,7 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     return found - {module_name(path)}
 
 
+@functools.cache  # read once per process: the source does not change while the tests run
 def import_graph() -> dict[str, set[str]]:
     paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     return {name: imports_of(path, set(paths)) for name, path in paths.items()}

@@ -30,7 +30,7 @@ from verl_split.runtime.overlap import deferral, deferral_hooks, prep_hooks, tra
 
 pytestmark = pytest.mark.unit
 
-WORK_S = 0.2
+WORK_S = 0.1
 
 
 class FakeCriticGroup:
@@ -298,7 +298,7 @@ def test_a_trainer_stuck_in_one_call_on_the_main_thread_is_interrupted_and_raise
         monkeypatch.setattr(deferral, "INTERRUPT_AFTER_S", 0.3)
         monkeypatch.setattr(deferral.os, "_exit", lambda code: pytest.fail("the process was ended, not interrupted"))
         trainer = FakeTrainer(steps=2)
-        trainer.fail_critic_at, trainer.later_gen_s = 1, 30 * WORK_S  # generation of step 2: 6 s in one call
+        trainer.fail_critic_at, trainer.later_gen_s = 1, 60 * WORK_S  # generation of step 2: 6 s in one call
         started = time.monotonic()
         with pytest.raises(UpdateFailedError, match=r"the critic update of step 1 failed") as raised:
             run(trainer)

@@ -23,7 +23,7 @@ from verl_split.runtime.overlap import lanes, prep, prep_hooks, trainers
 
 pytestmark = pytest.mark.unit
 
-WORK_S = 0.3
+WORK_S = 0.15
 
 
 class FakeBatch:

@@ -25,7 +25,7 @@ from verl_split.runtime.overlap import lanes, trainers, update_hooks, updates
 
 pytestmark = pytest.mark.unit
 
-WORK_S = 0.3
+WORK_S = 0.15
 
 
 class FakeRef:

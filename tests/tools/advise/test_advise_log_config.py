@@ -9,7 +9,6 @@ recipes.
 
 from __future__ import annotations
 
-import json
 import pprint
 import string
 from pathlib import Path
@@ -75,11 +74,8 @@ trainer.nnodes=$NNODES
 
 
 @pytest.fixture(scope="module")
-def qwen3_8b(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models") / "Qwen3-8B"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(QWEN3_8B))
-    return str(folder)
+def qwen3_8b(model_folder):
+    return str(model_folder("Qwen3-8B", QWEN3_8B))
 
 
 def fsdp_recipe(nnodes: int, model: str):

@@ -83,11 +83,8 @@ def test_sizes_from_names():
 
 
 @pytest.fixture(scope="module")
-def qwen3_8b(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models") / "Qwen3-8B"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(QWEN3_8B))
-    return str(folder)
+def qwen3_8b(model_folder):
+    return str(model_folder("Qwen3-8B", QWEN3_8B))
 
 
 @pytest.mark.parametrize("engine", ["fsdp", "megatron"])
