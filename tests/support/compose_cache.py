@@ -21,6 +21,7 @@ entries; without pytest's cache plugin nothing is kept. A fresh clone composes e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -73,8 +74,11 @@ def skip_containing(text: str) -> None:
 
 
 def _prune(folder: Path) -> None:
-    entries = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in entries[KEEP:]:
+    entries = []
+    for path in folder.glob("*.pickle"):
+        with contextlib.suppress(FileNotFoundError):  # another xdist worker pruned it first
+            entries.append((path.stat().st_mtime, path))
+    for _, old in sorted(entries, reverse=True)[KEEP:]:
         old.unlink(missing_ok=True)
 
 
@@ -92,7 +96,7 @@ def install(folder: Path | None) -> None:
         if key is None:
             return compose(*args, **kwargs)
         path = folder / f"{key}.pickle"
-        if path.exists():
+        with contextlib.suppress(FileNotFoundError):  # not kept yet, or pruned by another worker just now
             os.utime(path)  # the newest are kept (_prune)
             return pickle.loads(path.read_bytes())
         config = compose(*args, **kwargs)
