@@ -12,8 +12,8 @@ product composes a job once; the tests compose the same configs on every run. So
   configs hydra ships;
 
 and a later compose with the same key unpickles it. Not kept: a compose that fails (its error is raised each
-time); one whose overrides name this run's temporary folder (pytest's ``basetemp``: another folder each run, so
-the key would never come again); and one whose search path holds configs registered in Python (hydra's
+time); one whose overrides or config folders name this run's temporary folder (pytest's ``basetemp``: another folder
+each run, so the key would never come again); and one whose search path holds configs registered in Python (hydra's
 ``ConfigStore``, beyond hydra's own), since their content has no file to hash. The folder is pytest's cache
 (``.pytest_cache/d/verl-split-compose``, ``pytest --cache-clear`` empties it) and keeps the newest ``KEEP``
 entries; without pytest's cache plugin nothing is kept. A fresh clone composes every config once, as before.
@@ -55,10 +55,12 @@ def _key(args: tuple, kwargs: dict) -> str | None:
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
 
-    if set(ConfigStore.instance().repo) - _HYDRA_OWN or any(v in repr((args, kwargs)) for v in _VOLATILE):
+    sources = GlobalHydra.instance().config_loader().get_sources()
+    named = repr((args, kwargs, [source.path for source in sources]))  # a config folder in it counts too
+    if set(ConfigStore.instance().repo) - _HYDRA_OWN or any(v in named for v in _VOLATILE):
         return None
     parts = [repr(args), repr(sorted(kwargs.items())), hydra.__version__, omegaconf.__version__]
-    for source in GlobalHydra.instance().config_loader().get_sources():
+    for source in sources:
         if source.scheme() == "file":
             parts.append(f"file:{source.path}:{_folder_digest(source.path)}")
         elif source.scheme() == "pkg":
@@ -69,7 +71,7 @@ def _key(args: tuple, kwargs: dict) -> str | None:
 
 
 def skip_containing(text: str) -> None:
-    """Do not keep composes whose arguments contain ``text`` (this run's temporary folder)."""
+    """Do not keep composes whose arguments or config folders contain ``text`` (this run's temporary folder)."""
     _VOLATILE.append(text)
 
 
@@ -86,7 +88,7 @@ def install(folder: Path | None) -> None:
     """Wrap ``hydra.compose`` (which ``verl_split.tools.hydra_config`` imports at each call) with the cache."""
     import hydra
 
-    if folder is None or getattr(hydra.compose, "_verl_split_cached", False):
+    if folder is None or hasattr(hydra.compose, "__wrapped__"):  # installed already
         return
     _prune(folder)
     compose = hydra.compose
@@ -106,5 +108,5 @@ def install(folder: Path | None) -> None:
         os.replace(file.name, path)
         return config
 
-    cached_compose._verl_split_cached = True  # type: ignore[attr-defined]
+    cached_compose.__wrapped__ = compose  # type: ignore[attr-defined]
     hydra.compose = cached_compose
