@@ -21,11 +21,18 @@ def test_a_files_tests_stay_on_one_worker_and_unit_tests_spread():
 
 
 def test_each_worker_has_a_ray_folder_of_its_own_and_the_dry_run_follows_it(monkeypatch):
-    assert ray_folder("gw0") != ray_folder("gw1") and ray_folder(None) is None
-    monkeypatch.setenv("RAY_TMPDIR", ray_folder("gw1"))
-    assert ray_temp_dir().startswith(ray_folder("gw1") + "/")
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    gw1 = ray_folder("gw1")
+    assert ray_folder("gw0") != gw1 == "/tmp/ray_gw1" and ray_folder(None) is None
+    monkeypatch.setenv("RAY_TMPDIR", gw1)
+    assert ray_temp_dir().startswith(gw1 + "/")
     monkeypatch.delenv("RAY_TMPDIR")
     assert ray_temp_dir() == "/tmp/ray_verl_split"
+
+
+def test_a_checkout_started_with_its_own_ray_tmpdir_keeps_its_workers_under_it(monkeypatch):
+    monkeypatch.setenv("RAY_TMPDIR", "/tmp/h1")
+    assert ray_folder("gw0") == "/tmp/h1/ray_gw0"
 
 
 def test_the_files_sharing_a_session_run_are_one_group():

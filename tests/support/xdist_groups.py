@@ -32,5 +32,9 @@ def group_of(path: Path, markers: set[str]) -> str | None:
 
 
 def ray_folder(worker: str | None) -> str | None:
-    """``RAY_TMPDIR`` for an xdist worker (``PYTEST_XDIST_WORKER``: gw0, gw1, ...); None outside xdist."""
-    return os.path.join("/tmp", f"ray_{worker}") if worker else None
+    """``RAY_TMPDIR`` for an xdist worker (``PYTEST_XDIST_WORKER``: gw0, gw1, ...); None outside xdist.
+
+    Under the ``RAY_TMPDIR`` the session was started with, if any (else ``/tmp``): two checkouts testing at once on
+    one machine each give their own, so that their workers' clusters never meet. Keep it short (Ray's socket paths).
+    """
+    return os.path.join(os.environ.get("RAY_TMPDIR") or "/tmp", f"ray_{worker}") if worker else None
