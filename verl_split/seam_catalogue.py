@@ -2,7 +2,7 @@
 
 The features under ``verl_split/runtime/`` declare their seams in their ``seams.py``; the registry that
 switches seams on (``plugin/activation``) sits below the features, which import ``plugin``, so it must not
-import their tables (issue 28). This module sits above both: it collects the five tables into ``SEAMS`` and
+import their tables (issue 28). This module sits above both: it collects the six tables into ``SEAMS`` and
 installs them into the registry. Whatever switches verl-split on goes through :func:`activate` here (the
 bootstrap, ``verl-split doctor``, tests); code that runs after that (a hook's ``activation.require``) finds
 the catalogue installed already.
@@ -16,6 +16,7 @@ from __future__ import annotations
 from verl_split.core import settings
 from verl_split.plugin import activation
 from verl_split.plugin.seam import Seam
+from verl_split.runtime.attention.seams import SEAMS as ATTENTION
 from verl_split.runtime.cpu.seams import SEAMS as CPU
 from verl_split.runtime.metrics.seams import SEAMS as METRICS
 from verl_split.runtime.overlap.seams import SEAMS as OVERLAP
@@ -23,7 +24,7 @@ from verl_split.runtime.placement.seams import SEAMS as PLACEMENT
 from verl_split.runtime.shared_rollout.seams import SEAMS as SHARED_ROLLOUT
 
 #: Every seam verl-split patches, per feature and verl release family.
-SEAMS: tuple[Seam, ...] = (*PLACEMENT, *OVERLAP, *METRICS, *SHARED_ROLLOUT, *CPU)
+SEAMS: tuple[Seam, ...] = (*PLACEMENT, *OVERLAP, *METRICS, *SHARED_ROLLOUT, *ATTENTION, *CPU)
 
 
 def install() -> None:

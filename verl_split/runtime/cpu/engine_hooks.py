@@ -15,9 +15,6 @@ Each wrapper answers one verl function that assumes an accelerator, and steps as
 * ``wrap_cpu_offload_policy`` -- the ``CPUOffloadPolicy`` name in ``engine/fsdp/transformer_impl.py`` (and 0.7's
   ``fsdp_workers.py``): forward-only FSDP2 models (the reference policy) get ``pin_memory=True``, which needs a
   CUDA driver; ``pin_memory=False`` on CPU.
-* ``wrap_load_valuehead_model`` -- ``verl/utils/model.py``: builds the critic with
-  ``attn_implementation="flash_attention_2"`` whatever the config says; on CPU the token-classification head
-  (one label, the value) with the attention the model config resolved.
 * ``wrap_get_attention_functions`` -- 0.7/0.8's ``verl/utils/attention_utils.py``, which imports
   ``flash_attn.bert_padding`` on any non-NPU host; on CPU the pure-torch un/padding helpers transformers ships
   (``modeling_flash_attention_utils.py``, same signatures), flash-attn's ``index_first_axis`` (rows of a
@@ -88,23 +85,6 @@ def wrap_legacy_worker_init(wrapped, instance, args, kwargs):
 def wrap_cpu_offload_policy(wrapped, instance, args, kwargs):
     kwargs["pin_memory"] = False
     return wrapped(**kwargs)  # pin_memory is the policy's only argument
-
-
-@cpu_only
-def wrap_load_valuehead_model(wrapped, instance, args, kwargs):
-    return _load_token_classification(*args, **kwargs)
-
-
-def _load_token_classification(local_path, torch_dtype, model_config, trust_remote_code):
-    from transformers import AutoModelForTokenClassification
-
-    return AutoModelForTokenClassification.from_pretrained(
-        pretrained_model_name_or_path=local_path,
-        torch_dtype=torch_dtype,
-        config=model_config,
-        attn_implementation=getattr(model_config, "_attn_implementation", None) or "sdpa",
-        trust_remote_code=trust_remote_code,
-    )
 
 
 def _rearrange(*args, **kwargs):

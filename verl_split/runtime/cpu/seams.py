@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from verl_split.core import compat
 from verl_split.plugin.seam import Seam, Wrap
+from verl_split.runtime.attention.seams import critic_attention_seam
 from verl_split.runtime.placement.seams import runtime_env_seam
 
 _ENGINE = "verl_split.runtime.cpu.engine_hooks:"
@@ -92,13 +93,9 @@ SEAMS: tuple[Seam, ...] = (
     ),
     _cpu("cpu_fsdp", "verl.workers.engine.fsdp.transformer_impl", compat.ANY, ("CPUOffloadPolicy",), wraps=_OFFLOAD),
     _cpu("cpu_fsdp_legacy", "verl.workers.fsdp_workers", compat.LEGACY_WORKERS, ("CPUOffloadPolicy",), wraps=_OFFLOAD),
-    _cpu(
-        "cpu_valuehead",
-        "verl.utils.model",
-        compat.ANY,
-        ("load_valuehead_model(local_path@0, torch_dtype@1, model_config@2, trust_remote_code@3)",),
-        wraps=(Wrap("load_valuehead_model", _ENGINE + "wrap_load_valuehead_model"),),
-    ),
+    # The critic with its configured attention (runtime/attention/), on any device: the demo's stock run has
+    # VERL_SPLIT_CPU without VERL_SPLIT, on the CPU or on a GPU without flash-attn.
+    critic_attention_seam("cpu_critic_attention", "cpu", "cpu"),
     _cpu(
         "cpu_rollout_worker",
         "verl.workers.rollout.base",
