@@ -75,3 +75,25 @@ def test_weight_load_changes_the_policy(server):
 def test_unknown_weight_names_are_rejected(server):
     with pytest.raises(KeyError, match="does not have"):
         asyncio.run(server.update_weights({"not.a.weight": torch.zeros(1)}))
+
+
+@pytest.mark.parametrize(
+    ("verl_device", "torch_sees_a_gpu", "expected"),
+    [
+        ("cpu", False, "cpu"),  # the CPU dry run
+        ("cpu", True, "cpu"),  # the CPU dry run on a machine that has a GPU: verl's platform decides
+        ("cuda", True, "cuda:0"),  # the one-GPU demo: the GPU the job's runtime_env shows the server
+        ("cuda", False, "cpu"),  # a CUDA job whose server process sees no GPU: the host
+    ],
+)
+def test_the_server_generates_on_verl_s_device_where_its_process_sees_one(
+    monkeypatch, verl_device, torch_sees_a_gpu, expected
+):
+    import verl.utils.device
+
+    from verl_split.runtime.cpu import server as server_module
+
+    monkeypatch.setattr(verl.utils.device, "get_device_name", lambda: verl_device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: torch_sees_a_gpu)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(torch_sees_a_gpu))
+    assert server_module.generation_device() == torch.device(expected)

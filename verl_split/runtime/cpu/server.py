@@ -1,8 +1,9 @@
-"""The CPU rollout's generation server: one Ray actor per replica, Hugging Face ``generate`` on the CPU.
+"""The CPU rollout's generation server: one Ray actor per replica, Hugging Face ``generate``.
 
 What ``rollout.py``'s replica launches and its worker-side adapter pushes each step's weights to; verl's
 agent loop sends it requests (``generate``) as it would a vLLM server. Slow, one request at a time, no
-KV-cache management: a stand-in for dry runs and tests, not a server for real work.
+KV-cache management: a stand-in for dry runs and tests, not a server for real work. It generates on the
+host's CPU in a CPU dry run and on the GPU where the run has one (``generation_device``): the one-GPU demo.
 """
 
 from __future__ import annotations
@@ -25,6 +26,22 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 def server_name(replica_rank: int) -> str:
     """The Ray actor name of a replica's server; the worker-side adapter finds it by this."""
     return f"verl_split_cpu_rollout_server_{replica_rank}"
+
+
+def generation_device() -> torch.device:
+    """Where this process generates: verl's device where this process sees one (its first), else the host.
+
+    verl's answer (``get_device_name``: the platform, ``VERL_PLATFORM``; ``cpu`` in a CPU dry run) and not
+    torch's alone: a CPU dry run on a machine that has a GPU stays on the CPU. The server actor asks Ray for no
+    GPU, so it sees what its job's runtime_env shows it (the one-GPU demo's ``CUDA_VISIBLE_DEVICES``).
+    """
+    from verl.utils.device import get_device_name
+
+    name = get_device_name()
+    module = getattr(torch, name, None) if name != "cpu" else None
+    if module is None or not module.is_available() or module.device_count() == 0:
+        return torch.device("cpu")
+    return torch.device(name, 0)
 
 
 def _version(global_steps: int | None, state_dict: dict[str, torch.Tensor]) -> Any:
@@ -66,8 +83,9 @@ class CPUGenerationServer:
         path = getattr(model_config, "local_path", None) or model_config.path
         attn = (getattr(model_config, "override_config", None) or {}).get("attn_implementation", "sdpa")
         self.dtype = _DTYPES.get(str(config.dtype), torch.float32)
+        self.device = generation_device()
         self.model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=self.dtype, attn_implementation=attn)
-        self.model.eval()
+        self.model.to(self.device).eval()
         self.eos_token_id = self.model.generation_config.eos_token_id
         self.pad_token_id = self.model.generation_config.pad_token_id
         self._lock = threading.Lock()  # one generate() or weight load at a time
@@ -134,8 +152,13 @@ class CPUGenerationServer:
             )
         else:
             options.update(temperature=None, top_p=None, top_k=None)
-        input_ids = torch.tensor([prompt_ids], dtype=torch.long)
-        with self._lock, torch.no_grad(), torch.random.fork_rng(devices=[]):
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        # Forked where it samples (the host's generator, or the GPU's too), so the seed below is undone after.
+        if self.device.type == "cpu":
+            forked = torch.random.fork_rng(devices=[])
+        else:
+            forked = torch.random.fork_rng(devices=[self.device.index], device_type=self.device.type)
+        with self._lock, torch.no_grad(), forked:
             # Sample from a seed that depends on the prompt, on how often it was asked for
             # since the last weight sync, and on the weights' version -- not on the order in
             # which concurrent requests arrive -- so that two runs of the same job sample the
@@ -167,7 +190,7 @@ class CPUGenerationServer:
         if unknown:
             raise KeyError(f"weights from the actor that the rollout model does not have: {unknown[:5]}")
         with self._lock, torch.no_grad():
-            for name, tensor in state_dict.items():
+            for name, tensor in state_dict.items():  # copy_ moves the host copy onto the model's device
                 own[name].copy_(tensor.to(own[name].dtype))
         self.global_steps = global_steps
         self.weights_version = _version(global_steps, own)
