@@ -36,3 +36,11 @@ def test_the_demos_critic_trains_more_epochs_than_the_actor_in_the_demo_only(tmp
     assets = TinyAssets(tmp_path, *(tmp_path / name for name in ("model", "critic", "train", "val", "reward.py")))
     recipe = dry_run_overrides(assets, n_gpus_per_node=2, family="0.9")
     assert not any("ppo_epochs" in override for override in recipe)
+
+
+def test_on_one_gpu_the_stock_run_has_one_logical_gpu_and_the_split_runs_the_demos(tmp_path):
+    """Stock verl's one pool of two ranks on one device would be refused by NCCL: stock runs on one."""
+    stock, off, on = demo_jobs(tmp_path, compare=True, environ={}, stock_gpus=1)
+    assert (stock.gpus, off.gpus, on.gpus) == (1, 0, 0)  # 0: the demo's own number (two logical GPUs)
+    (single,) = demo_jobs(tmp_path, compare=False, environ={}, stock_gpus=1)
+    assert single.gpus == 1

@@ -5,7 +5,9 @@ subprocess with ``VERL_SPLIT_CPU=1``: verl's own entry point, trainer, FSDP2 wor
 (over gloo), reward loop and metrics, with verl-split's CPU platform and CPU rollout.
 ``VERL_SPLIT`` and the other ``VERL_SPLIT_*`` variables pass through from the caller,
 so ``VERL_SPLIT=1 verl-split demo`` runs the same job with split placement; ``--compare``
-runs it three ways (stock verl, split with overlaps off, split with overlaps on).
+runs it three ways (stock verl, split with overlaps off, split with overlaps on). ``--device cuda`` runs it
+on one CUDA GPU instead (``dryrun/one_gpu.py``: the ``gpu`` model shape in bf16, both pools on that GPU,
+stock on it alone), after checks that refuse, before anything starts, a machine where it cannot run.
 verl's output goes to ``main_ppo.log`` in each run's folder, its per-step metrics through
 verl's ``file`` logger to ``metrics.jsonl`` there (the main run's in ``OUT``); the console
 gets a line per step, then the per-phase table, the update table and the plots' paths.
@@ -19,16 +21,17 @@ hide behind the next step's generation, which the update table shows.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from verl_split.core import compat, settings
 from verl_split.core.errors import VerlSplitError
-from verl_split.dryrun import plots, report, runner
+from verl_split.dryrun import one_gpu, plots, report, runner
 from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
 from verl_split.dryrun.recipe import (
     DEFAULT_OUT,
@@ -60,6 +63,16 @@ def demo_overrides(algo: str) -> list[str]:
     return [f"critic.ppo_epochs={DEMO_CRITIC_EPOCHS}"] if algo == "gae" else []
 
 
+def job_overrides(
+    recipe: list[str], gpus: int, device: one_gpu.Device | None, algo: str, extra: Sequence[str] = ()
+) -> list[str]:
+    """One run's overrides: the dry run's ``recipe`` (for the one-GPU job on ``device``, on ``gpus`` of its logical
+    GPUs, if given), then the demo's job, then the caller's ``extra``."""
+    if device is not None:
+        recipe = one_gpu.overrides(recipe, gpus, device)
+    return recipe + demo_overrides(algo) + list(extra)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)")
     parser.add_argument("--algo", choices=("gae", "grpo"), default="gae", help="advantage estimator")
@@ -81,6 +94,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run the job three ways (stock verl, split with overlaps off, split with overlaps on), "
         "in OUT/stock, OUT/sequential and OUT, and compare their phases",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cpu: the CPU dry run (default); cuda: the same job on one CUDA GPU, the two pools as two logical "
+        "GPUs on it and stock on it alone (torch with CUDA and Ray >= 2.60)",
+    )
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="with --device cuda: the one-GPU job on the CPU (its model, bf16, the two logical GPUs on one "
+        "device), to check a machine's set-up before a GPU run",
+    )
     parser.add_argument("--out", default=DEFAULT_OUT, help="output folder (default ./%(default)s)")
     parser.add_argument("--assets", default=None, help="cache folder for the tiny assets (default OUT/assets)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
@@ -95,58 +121,82 @@ class Job:
     out: Path
     env: dict[str, str]
     label: str = ""
+    gpus: int = 0  # the job's logical GPUs (trainer.n_gpus_per_node); 0: the demo's own number
 
 
-def demo_jobs(out: Path, compare: bool, environ: Mapping[str, str] | None = None) -> list[Job]:
+def demo_jobs(out: Path, compare: bool, environ: Mapping[str, str] | None = None, stock_gpus: int = 0) -> list[Job]:
     """The demo's runs, the main one (metrics in ``out``) last.
 
     Without ``compare`` one run with the caller's ``VERL_SPLIT*`` as given. With ``compare`` the same job
     three ways on the same logical GPUs: stock verl (no ``VERL_SPLIT*`` at all, verl-split's CPU dry run
     aside), split placement with overlaps off, and with overlaps on. ``VERL_SPLIT_PLACEMENT`` passes
-    through to both split runs; only the main run writes the timeline.
+    through to both split runs; only the main run writes the timeline. ``stock_gpus``: the stock runs' logical
+    GPUs where they differ from the split runs' (one, on one physical GPU); 0: the same.
     """
     env = dict(os.environ if environ is None else environ)
     timeline = env.get("VERL_SPLIT_TRACE") or str(out / TIMELINE_FILE)
     if not compare:
         split = settings.read(env).enabled
         main_env = {**env, "VERL_SPLIT_TRACE": timeline} if split else env
-        return [Job("split" if split else "stock", out, main_env, "split placement" if split else "stock verl")]
+        label = "split placement" if split else "stock verl"
+        return [Job("split" if split else "stock", out, main_env, label, 0 if split else stock_gpus)]
     stock = {k: v for k, v in env.items() if not k.startswith("VERL_SPLIT")}
     split = {k: v for k, v in env.items() if k not in ("VERL_SPLIT", "VERL_SPLIT_OVERLAP", "VERL_SPLIT_TRACE")}
     split["VERL_SPLIT"] = "1"
     overlaps_off = {**split, "VERL_SPLIT_OVERLAP": "off"}
     overlaps_on = {**split, "VERL_SPLIT_OVERLAP": "on", "VERL_SPLIT_TRACE": timeline}
     return [
-        Job(STOCK_TITLE, out / "stock", stock, "stock verl"),
+        Job(STOCK_TITLE, out / "stock", stock, "stock verl", stock_gpus),
         Job(SEQUENTIAL_TITLE, out / "sequential", overlaps_off, "split placement, overlaps off"),
         Job(OVERLAP_TITLE, out, overlaps_on, "split placement, overlaps on"),
     ]
 
 
 def run(args: argparse.Namespace) -> int:
+    cuda = args.device == "cuda"
     try:
         split = settings.read().enabled or args.compare
         family = compat.check_supported()  # before any work: the family and the trainer it has
         trainer = args.trainer or default_trainer(family)
         check_trainer(trainer, family)
+        if cuda and args.gpus not in (None, one_gpu.LOGICAL_GPUS):
+            raise ValueError(
+                f"--device cuda runs split placement on {one_gpu.LOGICAL_GPUS} logical GPUs of one device; "
+                "leave --gpus out"
+            )
+        if args.rehearse and not cuda:
+            raise ValueError("--rehearse rehearses the one-GPU job: give it with --device cuda")
+        device = None if not cuda else one_gpu.rehearsal() if args.rehearse else one_gpu.check(family=family)
     except (VerlSplitError, ValueError) as exc:
         print(f"verl-split demo: {exc}", file=sys.stderr)
         return 2
-    gpus = args.gpus or (2 if split else 1)
+    gpus = one_gpu.LOGICAL_GPUS if cuda else args.gpus or (2 if split else 1)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    assets = _make_assets_quietly(args.assets or out / "assets")
+    variant = "gpu" if cuda else "cpu"
+    assets = _make_assets_quietly(args.assets or out / ("assets" if not cuda else "assets-gpu"), variant)
 
-    def overrides(job_out: Path) -> list[str]:
-        recipe = dry_run_overrides(assets, args.steps, args.algo, trainer, job_out, gpus, family)
-        return recipe + demo_overrides(args.algo) + list(args.overrides)
+    def overrides(job: Job) -> list[str]:
+        recipe = dry_run_overrides(assets, args.steps, args.algo, trainer, job.out, gpus, family)
+        return job_overrides(recipe, job.gpus or gpus, device, args.algo, args.overrides)
 
-    jobs = demo_jobs(out, args.compare)
+    jobs = demo_jobs(out, args.compare, stock_gpus=1 if cuda else 0)
+    if device is not None:
+        jobs = [dataclasses.replace(job, env=one_gpu.environment(job.env, device)) for job in jobs]
     if args.compare:
         mode = "stock verl, then split placement with overlaps off, then on"
     else:
         mode = "split placement" if split else "stock placement (set VERL_SPLIT=1 for split placement)"
-    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {trainer}, {gpus} logical GPU(s), {mode}")
+    where = f"{gpus} logical GPU(s)"
+    if device is not None:
+        where = (
+            f"one CUDA GPU as {gpus} logical GPUs"
+            if device.cuda
+            else f"the one-GPU job on the CPU, {gpus} logical GPUs"
+        )
+    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {trainer}, {where}, {mode}")
+    if device is not None:
+        print(device.layout())
     if demo_overrides(args.algo):
         print(
             f"the job: the critic trains {DEMO_CRITIC_EPOCHS} epochs a step, the actor 1 (critic.ppo_epochs="
@@ -154,17 +204,21 @@ def run(args: argparse.Namespace) -> int:
             "the actor's; with the overlaps on, the update phase waits for the actor's update only and the rest "
             "of the critic's runs on behind the next step (the update table's hidden column)"
         )
-    if split and not _print_placement(overrides(out)):
+    if split and not _print_placement(overrides(jobs[-1])):
         return 2
     if args.compare:
-        print(f"stock verl: one pool (global_pool), every role on each of the {gpus} logical GPUs")
+        stock_gpus = jobs[0].gpus or gpus
+        print(f"stock verl: one pool (global_pool), every role on each of the {stock_gpus} logical GPU(s)")
     metrics: dict[str, list[dict[str, Any]]] = {}
     for number, job in enumerate(jobs, 1):
-        code = run_job(job, overrides(job.out), f"[{number}/{len(jobs)}]", args.steps)
+        code = run_job(job, overrides(job), f"[{number}/{len(jobs)}]", args.steps)
         if code != 0:
             return code
         metrics[job.title] = read_metrics(job.out / METRICS_FILE)
-    return _summary(jobs, metrics, out)
+    code = _summary(jobs, metrics, out)
+    if device is not None:
+        print(device.layout())
+    return code
 
 
 def _summary(jobs: list[Job], metrics: dict[str, list[dict[str, Any]]], out: Path) -> int:
@@ -195,13 +249,14 @@ def _summary(jobs: list[Job], metrics: dict[str, list[dict[str, Any]]], out: Pat
     return 0
 
 
-def _make_assets_quietly(directory: str | os.PathLike[str]) -> TinyAssets:
-    """The tiny assets, without transformers' load report and progress bars on the demo's console."""
+def _make_assets_quietly(directory: str | os.PathLike[str], variant: str = "cpu") -> TinyAssets:
+    """The tiny assets (the model's ``variant`` shape), without transformers' load report and progress bars on
+    the demo's console."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    return make_tiny_assets(directory)
+    return make_tiny_assets(directory, variant=variant)
 
 
 def _print_placement(overrides: list[str]) -> bool:
