@@ -22,11 +22,13 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.ray, pytest.mark.timeout(300)]
 
 def test_each_pools_worker_sees_the_one_device_the_job_shows_it():
     done = subprocess.run(
-        [sys.executable, "-m", "verl_split.dryrun.gpu_probe", "0"],
+        [sys.executable, "-m", "verl_split.dryrun.gpu_probe"],
         capture_output=True,
         text=True,
         timeout=240,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        # The shell shows one GPU, as a user's may: the probe takes it, and keeps it from the raylet (which would
+        # refuse the two logical GPUs it is told of: "Attempting to start raylet with 2 GPU").
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "0"},
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     views = dict(line.split(": ", 1) for line in done.stdout.splitlines() if line.endswith("}"))

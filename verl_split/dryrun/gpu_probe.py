@@ -3,12 +3,13 @@
     python -m verl_split.dryrun.gpu_probe [DEVICE]      # prints each pool's worker, then "same device: True"
 
 A local Ray cluster with ``one_gpu.LOGICAL_GPUS`` logical GPUs and the one-GPU job's runtime_env
-(``CUDA_VISIBLE_DEVICES=DEVICE``, default ``0``); the default placement planned by verl-split (one pool a GPU) and
-its pools made as a run makes them (``SplitResourcePoolManager``); in each, one worker of verl's own
-``RayWorkerGroup`` reports what it sees: ``CUDA_VISIBLE_DEVICES``, Ray's GPU ids and, where torch sees a GPU, that
-GPU's name and UUID. On a GPU machine both report the one GPU, by UUID; on a CPU the same Ray bookkeeping runs
-(``tests/dryrun/test_gpu_probe.py``) with no device to name. Exit status 1 when the pools' workers do not see one
-and the same device.
+(``CUDA_VISIBLE_DEVICES=DEVICE``; default: the first GPU this shell's ``CUDA_VISIBLE_DEVICES`` names, else ``0``;
+this process's own is set aside while Ray starts, as the demo does, or Ray would refuse two GPUs); the default
+placement planned by verl-split (one pool a GPU) and its pools made as a run makes them
+(``SplitResourcePoolManager``); in each, one worker of verl's own ``RayWorkerGroup`` reports what it sees:
+``CUDA_VISIBLE_DEVICES``, Ray's GPU ids and, where torch sees a GPU, that GPU's name and UUID. On a GPU machine
+both report the one GPU, by UUID; on a CPU the same Ray bookkeeping runs (``tests/dryrun/test_gpu_probe.py``) with
+no device to name. Exit status 1 when the pools' workers do not see one and the same device.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def probe(device: str = "0") -> dict[str, dict[str, Any]]:
     from verl_split.runtime.placement.pools import SplitResourcePoolManager
 
     plan = plan_placement("halves", Cluster(1, LOGICAL_GPUS))
+    shown = os.environ.pop("CUDA_VISIBLE_DEVICES", None)  # the raylet inherits it: one_gpu.environment
     ray.init(
         address="local",
         num_cpus=16,  # logical: verl asks for several CPUs a bundle (max_colocate_count)
@@ -76,6 +78,8 @@ def probe(device: str = "0") -> dict[str, dict[str, Any]]:
         return seen
     finally:
         ray.shutdown()
+        if shown is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = shown
 
 
 def one_device(seen: dict[str, dict[str, Any]], device: str) -> bool:
@@ -86,11 +90,13 @@ def one_device(seen: dict[str, dict[str, Any]], device: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    device = (argv if argv is not None else sys.argv[1:])[:1] or ["0"]
-    seen = probe(device[0])
+    from verl_split.dryrun.one_gpu import visible_id
+
+    device = next(iter(argv if argv is not None else sys.argv[1:]), None) or visible_id(os.environ)
+    seen = probe(device)
     for pool, view in seen.items():
         print(f"{pool}: {json.dumps(view)}", flush=True)
-    same = one_device(seen, device[0])
+    same = one_device(seen, device)
     print(f"same device: {same}", flush=True)
     return 0 if same else 1
 
