@@ -37,6 +37,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from verl_split.dryrun import one_gpu
+
 if TYPE_CHECKING:
     from verl_split.dryrun.assets import TinyAssets
 
@@ -72,8 +74,8 @@ REPLACED = {
 #: FSDP mixed precision on GPUs, verl's default (verl/workers/engine/fsdp/transformer_impl.py,
 #: FSDPEngine._build_fsdp_module): bf16 compute under autocast. fp32 (the CPU run's) skips autocast
 #: (FSDPEngineWithLMHead.forward_step), and flash-attn takes fp16/bf16 only (csrc/flash_attn/flash_api.cpp,
-#: mha_fwd and mha_bwd in 2.8.3; tests/project/test_gpu_smoke_sources.py reads their checks).
-MIXED_PRECISION = {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+#: mha_fwd and mha_bwd in 2.8.3; tests/project/test_gpu_smoke_sources.py reads their checks). The one-GPU demo's.
+MIXED_PRECISION = one_gpu.MIXED_PRECISION
 
 
 def gpu_overrides(cpu_overrides: list[str]) -> list[str]:
