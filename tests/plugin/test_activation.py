@@ -67,6 +67,7 @@ _EVERY_FAMILY = {
     "verl.trainer.constants_ppo:get_ppo_ray_runtime_env",  # the runtime env: VERL_SPLIT* to every worker
     "verl.utils.device:auto_set_device",  # the placement check, in the launching process
     "verl.utils.tracking:Tracking.log",  # split/* metrics in verl's tracker
+    "verl.utils.model:load_valuehead_model",  # the critic with the attention its config names
 } | {
     _RAY_TRAINER + m  # overlapped preparation and updates on RayPPOTrainer
     for m in ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_reward_colocate", "_compute_values")
