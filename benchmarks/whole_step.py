@@ -437,8 +437,8 @@ def headline_row(rows: list[dict]) -> dict | None:
     return row
 
 
-def _range(row: dict, name: str) -> str:
-    return f"{row[name]:.2f} [{row[f'{name}_min']:.2f}-{row[f'{name}_max']:.2f}]"
+def _range(row: dict, name: str, unit: str = "") -> str:
+    return f"{row[name]:.2f}{unit} [{row[f'{name}_min']:.2f}-{row[f'{name}_max']:.2f}]"
 
 
 def print_headline(headline: dict) -> None:
@@ -447,10 +447,10 @@ def print_headline(headline: dict) -> None:
     else:
         bound = (
             f"{_range(headline, 'share_of_bound')} of the best split of this job on this machine, "
-            f"{_range(headline, 'bound_speedup_vs_stock')}x stock (from stock's own scaling in this run)"
+            f"{_range(headline, 'bound_speedup_vs_stock', 'x')} stock (from stock's own scaling in this run)"
         )
     print(
-        f"headline: {headline['config']} {_range(headline, 'speedup_vs_stock')}x stock on the whole step; {bound}; "
+        f"headline: {headline['config']} {_range(headline, 'speedup_vs_stock', 'x')} stock on the whole step; {bound}; "
         f"pools busy: actor {headline['actor_pool_busy_share']:.2f}, critic {headline['critic_pool_busy_share']:.2f}"
     )
 
@@ -460,7 +460,9 @@ def print_bound(bound: dict) -> None:
     stages = bound["stages_s"]
     joins = bound["critic_pool_joins"]
     join = (
-        f"the critic pool joining after the critic's update, {cell_of(stages['critic_left_s'])} s in"
+        "both pools generating from the start"
+        if all(joins) and stages["critic_left_s"]["max"] == 0.0
+        else f"the critic pool joining after the critic's update, {cell_of(stages['critic_left_s'])} s in"
         if all(joins)
         else "the actor pool generating alone"
         if not any(joins)
@@ -535,7 +537,7 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
         against = [b for b in ("sequential", "stock") if row["config"] != TITLES[b] and f"speedup_vs_{b}" in row]
         ups = [f"{cell_of(row[f'speedup_vs_{b}'])}x against {TITLES[b]}" for b in against]
         if "share_of_bound" in row:
-            ups.append(f"{cell_of(row['share_of_bound'])} of the best split's")
+            ups.append(f"{cell_of(row['share_of_bound'])} of the bound")
         if ups:  # --configs without stock or split sequential: nothing to compare against
             print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
     for row in (r for r in rows if r["kind"] == "step" and "actor_pool_busy_share" in r):

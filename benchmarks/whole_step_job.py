@@ -163,7 +163,9 @@ def load(path: Path) -> Job:
             f"--job {path}: no job in it (a results JSON of benchmarks/whole_step.py has a settings row whose "
             f"workload names {', '.join(sorted(names))})"
         )
-    return Job(path.stem, f"the job of {path}", Workload(**recorded))
+    # The name it ran under (a pinned job's, "calibrated"); JSONs from before issue 47 have none.
+    name = ((settings or {}).get("job") or {}).get("name") or "recorded"
+    return Job(name, f"the job of {path}", Workload(**recorded))
 
 
 def resolve(spec: str, trainer: str | None) -> Job:

@@ -150,7 +150,7 @@ def repetition():
     return {"metrics": {key: [step(1, **{"timing_s/step": 60.0}), step(2, **m)] for key, m in runs.items()}}
 
 
-def test_the_bound_and_the_headline_from_a_repetitions_metrics(bench):
+def test_the_bound_and_the_headline_from_a_repetitions_metrics(bench, capsys):
     ws = bench["whole_step"]
     reps = [repetition()]
     bests = ws.best_splits(reps)
@@ -178,6 +178,11 @@ def test_the_bound_and_the_headline_from_a_repetitions_metrics(bench):
     assert headline["speedup_vs_stock"] == pytest.approx(5.3 / 6.0)
     assert headline["bound_speedup_vs_stock"] == pytest.approx(5.3 / 5.7)
     assert headline["share_of_bound"] == pytest.approx(0.95)
+    ws.print_headline(headline)
+    assert (
+        "headline: split + all + shared 0.88x [0.88-0.88] stock on the whole step; 0.95 [0.95-0.95] of the best split "
+        "of this job on this machine, 0.93x [0.93-0.93] stock" in capsys.readouterr().out
+    )
 
 
 def test_the_headline_says_so_where_the_run_had_no_bound(bench, capsys):
