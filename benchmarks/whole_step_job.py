@@ -95,7 +95,7 @@ def _pinned(recorded: str, reached: str, **sizes) -> Pinned:
 
 
 #: Per trainer and name, the job a recorded run's calibration landed on (its JSON's ``settings.workload``) and
-#: that run, whose figures the docs quote. ``tests/project/test_whole_step_jobs.py`` holds each against its JSON.
+#: that run, whose figures the docs quote. ``tests/project/test_whole_step_benchmark.py`` holds each against its JSON.
 PINNED: dict[tuple[str, str], Pinned] = {
     # Actor and critic updates alike: calibration run 4 of 4, 2026-11-24 (split + all + shared 1.08x stock).
     ("v1", "1to1"): _pinned(
