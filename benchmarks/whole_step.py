@@ -18,9 +18,20 @@ for ``RayPPOTrainer``) in these configurations (``--configs`` picks some):
 Every configuration runs on both trainers: verl 0.9's v1 trainer (the default) and ``RayPPOTrainer``
 (``--trainer v0``, ``trainer.use_v1=false``; shared rollout there since issue 35).
 
+The job is fixed by its sizes (``whole_step_job.py``), so that two runs measure the same work: ``--job 1to1``
+(the default) or ``--job critic-heavy``, pinned per trainer from the recorded runs whose figures the docs quote,
+or ``--job FILE``, the job a JSON of this script ran. ``--calibrate`` makes a new job instead: split sequential
+runs (``calibrate``) fit each lane's time against its token budget and move the budgets until each phase has
+the target work ratio within 10 % (``--update-ratio``, ``--prep-ratio``, default 1:1; ``--calibration-runs``,
+default 4; ``--batch``, ``--response-length``, ``--critic-tokens``, ``--critic-epochs`` set where it starts);
+with ``--repeats 0 --json FILE`` it only calibrates, and ``--job FILE`` runs what it found. The job is printed
+before the results and stored in the JSON's ``settings`` row (``job``, ``workload``).
+
 The first line printed (and the ``headline`` JSON row) is the best split configuration's whole-step speed-up
-against stock with its pools' busy shares, beside the limit it is measured against: on 2 cores (one per
-pool) the same work on the same cores can at best tie stock, 1.00x.
+against stock with its pools' busy shares, beside the bound (``split_bound.py``): the best step a split of this
+job could reach on this machine, from stock's own scaling measured in the same repetition (each phase on one
+worker in the split sequential run, generation on two in the stock run), and the configuration's share of it
+(1.0: it reached the bound). The ``bound`` row holds the bound's stages and stock's scaling lane by lane.
 
 Each repetition (``--repeats``) first measures the machine's parallel ceiling (``ceiling.py``: two bare
 torch processes with the workers' thread settings, at once and one after the other), then runs the
@@ -29,19 +40,16 @@ value is its mean over steps 2..N-1 (step 1 pays one-off costs; the last step ne
 update, nothing follows it); tables show median [min-max] across the repetitions. Run from the
 repository root on an otherwise idle machine (``make`` set-up done):
 
-    .venv/bin/python benchmarks/whole_step.py --json benchmarks/whole_step.json
+    .venv/bin/python benchmarks/whole_step.py --job 1to1 --json benchmarks/whole_step_pinned_v1_1to1.json
 
-The job is made heavy enough that fixed costs do not dominate (``--batch 128`` prompts, 16-token
-answers, one PPO epoch, verl's dynamic batch size on both sides, which is the only micro-batch setting
-verl's v1 trainer gives the critic), one thread per worker. Budgets hold several sequences per
-micro-batch: near one sequence (the 64 tokens this script used before), verl's micro-batch balancing
-reruns its partitioner until every micro-batch fits (verl/utils/seqlen_balancing.py
-``rearrange_micro_batches``, the ``while True`` loop, 0.9.1), which costs superlinearly in the samples per
-rank: 637 ms for 128 samples at 64 tokens (16 runs), 19 ms for 64 (7 runs), 4 ms for 128 at 256 tokens
-(measured on this machine). A split pool has half stock's ranks, so it paid that cost several times over
-on one core: the "extra work" of split's preparation. Calibration runs (split sequential) fit each lane's
-time against its budget and move the budgets until each phase has the target work ratio within 10 %
-(``--update-ratio``, ``--prep-ratio``, default 1:1; ``--calibration-runs``, default 4; see ``calibrate``).
+The jobs are heavy enough that fixed costs do not dominate (128 prompts, 16-token answers, verl's dynamic
+batch size on both sides, which is the only micro-batch setting verl's v1 trainer gives the critic), one
+thread per worker. Budgets hold several sequences per micro-batch: near one sequence (the 64 tokens this script
+used before), verl's micro-batch balancing reruns its partitioner until every micro-batch fits
+(verl/utils/seqlen_balancing.py ``rearrange_micro_batches``, the ``while True`` loop, 0.9.1), which costs
+superlinearly in the samples per rank: 637 ms for 128 samples at 64 tokens (16 runs), 19 ms for 64 (7 runs),
+4 ms for 128 at 256 tokens (measured on this machine). A split pool has half stock's ranks, so it paid that cost
+several times over on one core: the "extra work" of split's preparation.
 Numbers:
 
 - phase table: wall time per phase (``verl_split.dryrun.report.phase_times``: ``prep`` = old_log_prob + ref +
@@ -52,7 +60,7 @@ Numbers:
   with that overlap on (1.0 = perfect overlap); efficiency / ceiling = how close to what two bare
   processes reach on this machine;
 - speed-ups of the whole step (``timing_s/step``) of each configuration against split sequential and
-  stock, per repetition;
+  stock, and its share of the bound, per repetition;
 - breakdown (``breakdown.py``): where each overlapped phase's wall goes, from the driver's lanes
   (``VERL_SPLIT_TRACE``) and the workers' own intervals and CPU time (``tests/support/plugins/phase_log.py``).
 
@@ -72,11 +80,14 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import breakdown
 import ceiling
+import split_bound
+import whole_step_job
+from whole_step_job import Job, Workload
 
 from verl_split.dryrun import report
 from verl_split.dryrun.assets import make_tiny_assets
@@ -99,8 +110,18 @@ SHARED_ROLLOUT = {"shared", "shared_nodefer"}
 TITLES = {key: title for key, title, _, _ in CONFIGS}
 #: Which run measures which overlapped phase, against the split sequential run.
 OVERLAPPED = (("updates", "updates"), ("prep", "prep"), ("updates", "all"))
-#: What the best configuration is measured against: on 2 cores, one per pool, a tie with stock.
-LIMIT = 1.0
+#: The runs the bound is measured from (split_bound.py): each phase on two workers, and on one.
+BOUND_RUNS = ("stock", "sequential")
+#: The phases no pool runs: the bound's serial part.
+SERIAL_PHASES = ("reward", "adv", "other")
+#: Stock's scaling, lane by lane: (name, the split sequential run's one-worker time in Lanes, stock's timers).
+SCALING = (
+    ("generation", "gen_one", ("gen",)),
+    ("old_log_prob + ref", "prep_actor", ("old_log_prob", "ref")),
+    ("values", "prep_critic", ("values",)),
+    ("actor update", "update_actor", ("update_actor",)),
+    ("critic update", "update_critic", ("update_critic",)),
+)
 #: Per phase, the metrics of each lane, then verl's timers to fall back on.
 LANES = {
     "updates": {"actor": ("split/actor_update_s",), "critic": ("split/critic_update_s",)},
@@ -109,44 +130,6 @@ LANES = {
         "critic": ("split/prep_critic_s", "timing_s/values"),
     },
 }
-MAX_PROMPT = 32  # dry_run_overrides' data.max_prompt_length
-
-
-@dataclass
-class Workload:
-    batch: int
-    response_length: int
-    critic_tokens: int
-    critic_epochs: int
-    actor_epochs: int
-    actor_update_tokens: int
-    actor_prep_tokens: int
-    trainer: str
-
-    @property
-    def min_tokens(self) -> int:  # verl's dynamic batch size needs the longest sequence to fit
-        return MAX_PROMPT + self.response_length
-
-    def overrides(self) -> list[str]:
-        """Hydra overrides on top of the dry run's (later ones win)."""
-        b = self.batch
-        return [
-            f"data.train_batch_size={b}",
-            f"data.max_response_length={self.response_length}",
-            f"actor_rollout_ref.rollout.max_model_len={self.min_tokens}",
-            "trainer.total_epochs=1000",  # the 256 prompts would otherwise end the run after 256 / batch steps
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={b}",
-            f"critic.ppo_mini_batch_size={b}",
-            f"actor_rollout_ref.actor.ppo_epochs={self.actor_epochs}",
-            f"critic.ppo_epochs={self.critic_epochs}",
-            "actor_rollout_ref.actor.use_kl_loss=true",  # a reference policy: ref runs in the preparation
-            "actor_rollout_ref.actor.use_dynamic_bsz=true",  # the critic's follows it
-            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={self.actor_update_tokens}",
-            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={self.actor_prep_tokens}",
-            f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={self.actor_prep_tokens}",
-            f"critic.ppo_max_token_len_per_gpu={self.critic_tokens}",
-            f"+critic.ppo_infer_max_token_len_per_gpu={self.critic_tokens}",  # v1: the critic's only budget
-        ]
 
 
 def run_job(assets, work: Workload, key: str, out: Path, steps: int) -> list[dict]:
@@ -316,7 +299,8 @@ def overlapped_pairs(reps: list[dict]) -> list[tuple[str, str]]:
     return [(phase, key) for phase, key in OVERLAPPED if "sequential" in ran and key in ran]
 
 
-def phase_rows(reps: list[dict], target: dict[str, float]) -> list[dict]:
+def phase_rows(reps: list[dict], target: dict[str, float] | None) -> list[dict]:
+    """Each overlapped phase against split sequential; ``target`` the calibration's aim (None for a fixed job)."""
     rows = []
     for phase, key in overlapped_pairs(reps):
         per_rep = []
@@ -339,7 +323,8 @@ def phase_rows(reps: list[dict], target: dict[str, float]) -> list[dict]:
                     "efficiency_vs_ceiling": ideal / wall / rep["ceiling"].ceiling,
                 }
             )
-        row = {"kind": "phase", "phase": phase, "config": TITLES[key], "target_ratio": f"{target[phase]:g}:1"}
+        target_ratio = f"{target[phase]:g}:1" if target else None
+        row = {"kind": "phase", "phase": phase, "config": TITLES[key], "target_ratio": target_ratio}
         for name in per_rep[0]:
             s = stats([r[name] for r in per_rep])
             row.update({name: s["median"], f"{name}_min": s["min"], f"{name}_max": s["max"]})
@@ -348,7 +333,64 @@ def phase_rows(reps: list[dict], target: dict[str, float]) -> list[dict]:
     return rows
 
 
-def step_rows(reps: list[dict]) -> list[dict]:
+def bound_lanes(rep: dict) -> split_bound.Lanes:
+    """One repetition's inputs to the bound: each lane on one worker (split sequential), generation on two (stock)."""
+    stock, sequential = (report.mean_phases(rep["metrics"][key]) for key in BOUND_RUNS)
+    updates, prep = (lane_means(rep["metrics"]["sequential"], phase) for phase in ("updates", "prep"))
+    return split_bound.Lanes(
+        gen_one=sequential["gen"],
+        gen_two=stock["gen"],
+        prep_actor=prep["actor"],
+        prep_critic=prep["critic"],
+        update_actor=updates["actor"],
+        update_critic=updates["critic"],
+        # Optimistic, as a bound is: the shorter of the two runs' driver time.
+        serial=min(sum(phases[p] for p in SERIAL_PHASES) for phases in (stock, sequential)),
+    )
+
+
+def best_splits(reps: list[dict]) -> list[split_bound.BestSplit] | None:
+    """Per repetition, the best split of this job (split_bound.py); None without the stock and sequential runs."""
+    if not all(key in reps[0]["metrics"] for key in BOUND_RUNS):
+        return None
+    return [split_bound.best_split(bound_lanes(rep)) for rep in reps]
+
+
+def bound_row(reps: list[dict], bests: list[split_bound.BestSplit]) -> dict:
+    """The bound per repetition, with its inputs and stock's scaling lane by lane (one worker against two)."""
+    per_rep = []
+    for rep, best in zip(reps, bests, strict=True):
+        lanes = bound_lanes(rep)
+        stock_step = report.mean_phases(rep["metrics"]["stock"])["step"]
+        scaling = {
+            name: getattr(lanes, one) / max(sum(steady_mean(rep, "stock", f"timing_s/{t}") for t in timers), 1e-9)
+            for name, one, timers in SCALING
+        }
+        per_rep.append(
+            {
+                "lanes": asdict(lanes),
+                "best": best.to_json(),
+                "stock_step_s": stock_step,
+                "speedup_vs_stock": stock_step / best.step_s,
+                "scaling": scaling,
+            }
+        )
+    return {
+        "kind": "bound",
+        "config": "best split (split_bound.py)",
+        "speedup_vs_stock": stats([r["speedup_vs_stock"] for r in per_rep]),
+        "step_s": stats([b.step_s for b in bests]),
+        "stages_s": {
+            stage: stats([getattr(b, stage) for b in bests])
+            for stage in ("serial_s", "generation_s", "preparation_s", "updates_s", "critic_left_s")
+        },
+        "critic_pool_joins": [b.critic_pool_joins for b in bests],
+        "scaling": {name: stats([r["scaling"][name] for r in per_rep]) for name, *_ in SCALING},
+        "per_repetition": per_rep,
+    }
+
+
+def step_rows(reps: list[dict], bests: list[split_bound.BestSplit] | None = None) -> list[dict]:
     rows = []
     for key, title, _, _ in CONFIGS:
         if key not in reps[0]["metrics"]:
@@ -359,6 +401,8 @@ def step_rows(reps: list[dict]) -> list[dict]:
         for base in (b for b in ("sequential", "stock") if b in reps[0]["metrics"]):
             ups = [report.mean_phases(r["metrics"][base])["step"] / m["step"] for r, m in zip(reps, means, strict=True)]
             row[f"speedup_vs_{base}"] = stats(ups)
+        if bests:  # its speed-up over stock against the bound's: the best split's step over its own
+            row["share_of_bound"] = stats([b.step_s / m["step"] for b, m in zip(bests, means, strict=True)])
         if key != "stock":
             for pool in ("actor", "critic"):
                 metric = f"split/{pool}_pool_busy_share"
@@ -368,12 +412,14 @@ def step_rows(reps: list[dict]) -> list[dict]:
 
 
 def headline_row(rows: list[dict]) -> dict | None:
-    """The best split configuration against stock (median speed-up), with its pools' busy shares."""
+    """The best split configuration against stock (median speed-up), with its pools' busy shares, beside the bound
+    and its share of it (None where the run had no stock and sequential runs to measure the bound from)."""
     split = [r for r in rows if r["kind"] == "step" and r["config"] != TITLES["stock"] and "speedup_vs_stock" in r]
     if not split:
         return None
     best = max(split, key=lambda r: r["speedup_vs_stock"]["median"])
-    return {
+    bound = next((r for r in rows if r["kind"] == "bound"), None)
+    row = {
         "kind": "headline",
         "config": best["config"],
         "speedup_vs_stock": best["speedup_vs_stock"]["median"],
@@ -381,16 +427,56 @@ def headline_row(rows: list[dict]) -> dict | None:
         "speedup_vs_stock_max": best["speedup_vs_stock"]["max"],
         "actor_pool_busy_share": best["actor_pool_busy_share"]["median"],
         "critic_pool_busy_share": best["critic_pool_busy_share"]["median"],
-        "limit": LIMIT,
+        "bound_speedup_vs_stock": None,
+        "share_of_bound": None,
     }
+    if bound:
+        pairs = (("bound_speedup_vs_stock", bound["speedup_vs_stock"]), ("share_of_bound", best["share_of_bound"]))
+        for name, source in pairs:
+            row.update({name: source["median"], f"{name}_min": source["min"], f"{name}_max": source["max"]})
+    return row
+
+
+def _range(row: dict, name: str, unit: str = "") -> str:
+    return f"{row[name]:.2f}{unit} [{row[f'{name}_min']:.2f}-{row[f'{name}_max']:.2f}]"
 
 
 def print_headline(headline: dict) -> None:
+    if headline["bound_speedup_vs_stock"] is None:
+        bound = "no bound: it needs stock and split sequential in --configs"
+    else:
+        bound = (
+            f"{_range(headline, 'share_of_bound')} of the best split of this job on this machine, "
+            f"{_range(headline, 'bound_speedup_vs_stock', 'x')} stock (from stock's own scaling in this run)"
+        )
     print(
-        f"headline: {headline['config']} {headline['speedup_vs_stock']:.2f}x "
-        f"[{headline['speedup_vs_stock_min']:.2f}-{headline['speedup_vs_stock_max']:.2f}] stock on the whole step "
-        f"(limit on 2 cores, one per pool: {headline['limit']:.2f}x, a tie); pools busy: actor "
-        f"{headline['actor_pool_busy_share']:.2f}, critic {headline['critic_pool_busy_share']:.2f}"
+        f"headline: {headline['config']} {_range(headline, 'speedup_vs_stock', 'x')} stock on the whole step; {bound}; "
+        f"pools busy: actor {headline['actor_pool_busy_share']:.2f}, critic {headline['critic_pool_busy_share']:.2f}"
+    )
+
+
+def print_bound(bound: dict) -> None:
+    """The bound's stages and stock's scaling, lane by lane."""
+    stages = bound["stages_s"]
+    joins = bound["critic_pool_joins"]
+    join = (
+        "both pools generating from the start"
+        if all(joins) and stages["critic_left_s"]["max"] == 0.0
+        else f"the critic pool joining after the critic's update, {cell_of(stages['critic_left_s'])} s in"
+        if all(joins)
+        else "the actor pool generating alone"
+        if not any(joins)
+        else f"the critic pool joining in {sum(joins)} of {len(joins)} repetitions"
+    )
+    print(
+        f"\nthe best split of this job on this machine (split_bound.py), median [min-max] of the repetitions: "
+        f"{cell_of(bound['step_s'])} s a step, {cell_of(bound['speedup_vs_stock'])}x stock = driver "
+        f"{cell_of(stages['serial_s'])} + generation {cell_of(stages['generation_s'])} ({join}) + preparation "
+        f"{cell_of(stages['preparation_s'])} + the actor's update {cell_of(stages['updates_s'])}"
+    )
+    print(
+        "stock's scaling, one worker (split sequential) against two (stock): "
+        + ", ".join(f"{name} {cell_of(s)}x" for name, s in bound["scaling"].items())
     )
 
 
@@ -437,6 +523,9 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
         print("\n" + "-" * 100)
         print_headline(headline)
         print("-" * 100)
+    bound = next((r for r in rows if r["kind"] == "bound"), None)
+    if bound:
+        print_bound(bound)
     means = {key: [report.mean_phases(rep["metrics"][key]) for rep in reps] for key in keys}
     shown = [p for p in report.PHASES if any(m[p] >= report.MIN_PHASE_S for ms in means.values() for m in ms)]
     print(f"\nwall time per phase, s: median [min-max] of {len(reps)} repetitions, each the mean of steps 2..N-1")
@@ -447,6 +536,8 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
     for row in (r for r in rows if r["kind"] == "step" and r["config"] != TITLES["stock"]):
         against = [b for b in ("sequential", "stock") if row["config"] != TITLES[b] and f"speedup_vs_{b}" in row]
         ups = [f"{cell_of(row[f'speedup_vs_{b}'])}x against {TITLES[b]}" for b in against]
+        if "share_of_bound" in row:
+            ups.append(f"{cell_of(row['share_of_bound'])} of the bound")
         if ups:  # --configs without stock or split sequential: nothing to compare against
             print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
     for row in (r for r in rows if r["kind"] == "step" and "actor_pool_busy_share" in r):
@@ -493,60 +584,118 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
             print("\n" + breakdown.table(f"{phase} phase, split sequential vs {TITLES[key]}", summary, median_ceiling))
 
 
-def main() -> int:
+#: The calibration's options: each sets what a new job is calibrated from or towards (their defaults here).
+CALIBRATION_DEFAULTS = {
+    "batch": 128,
+    "response_length": 16,
+    "critic_tokens": 256,
+    "critic_epochs": 1,
+    "update_ratio": 1.0,
+    "prep_ratio": 1.0,
+    "calibration_runs": 4,
+}
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Job | None]:
+    """The options, checked before any run; the job to run, or None where ``--calibrate`` makes one."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="repetitions of the runs (default %(default)s)")
     parser.add_argument("--steps", type=int, default=5, help="PPO steps per run; steps 1 and N are not averaged")
-    parser.add_argument("--trainer", choices=("v1", "v0"), default="v1", help="verl trainer (default %(default)s)")
-    parser.add_argument("--batch", type=int, default=128, help="prompts per step, one mini-batch (default %(default)s)")
-    parser.add_argument("--response-length", type=int, default=16, help="tokens per answer (default %(default)s)")
     parser.add_argument(
-        "--critic-tokens",
-        type=int,
-        default=256,
-        help="the critic's tokens per micro-batch in the first calibration run (default %(default)s)",
+        "--trainer", choices=("v1", "v0"), default=None, help="verl trainer (default v1; a job file's own)"
     )
-    parser.add_argument("--critic-epochs", type=int, default=1, help="critic PPO epochs (default %(default)s)")
-    parser.add_argument("--update-ratio", type=float, default=1.0, help="actor:critic work in the updates (default 1)")
-    parser.add_argument(
-        "--prep-ratio", type=float, default=1.0, help="actor:critic work in the preparation (default 1)"
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--job",
+        default=None,
+        help=f"the job: pinned ({', '.join(whole_step_job.NAMES)}, for --trainer) or a JSON this script wrote "
+        "(default 1to1)",
     )
+    which.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="make a new job: split sequential runs move the token budgets to --update-ratio and --prep-ratio",
+    )
+    calibration = parser.add_argument_group("calibration (with --calibrate)")
+    calibration.add_argument("--batch", type=int, help="prompts per step, one mini-batch (default 128)")
+    calibration.add_argument("--response-length", type=int, help="tokens per answer (default 16)")
+    calibration.add_argument(
+        "--critic-tokens", type=int, help="the critic's tokens per micro-batch in the first run (default 256)"
+    )
+    calibration.add_argument("--critic-epochs", type=int, help="critic PPO epochs (default 1)")
+    calibration.add_argument("--update-ratio", type=float, help="actor:critic work in the updates (default 1)")
+    calibration.add_argument("--prep-ratio", type=float, help="actor:critic work in the preparation (default 1)")
+    calibration.add_argument("--calibration-runs", type=int, help="at most this many calibration runs (default 4)")
     parser.add_argument(
         "--ceiling-seconds", type=float, default=2.0, help="work per bare process (default %(default)s)"
     )
-    parser.add_argument(
-        "--calibration-runs", type=int, default=4, help="at most this many calibration runs (default %(default)s)"
-    )
     parser.add_argument("--work-dir", default=None, help="where runs write (default: a temporary folder)")
-    parser.add_argument("--json", default=None, help="write the rows as a JSON list to this file")
+    parser.add_argument(
+        "--json", default=None, help="write the rows as a JSON list to this file (its job: --job FILE runs it again)"
+    )
     parser.add_argument(
         "--configs",
         default=",".join(key for key, *_ in CONFIGS),
-        help="comma list of the configurations to run (default: all, %(default)s); the overlap tables need sequential",
+        help="comma list of the configurations to run (default: all, %(default)s); the overlap tables and the bound "
+        "need sequential, the bound stock too",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = sorted(set(wanted) - set(TITLES))
     if unknown or not wanted:
         parser.error(f"--configs: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(TITLES)}")
+    args.configs = wanted
+    given = [name for name in CALIBRATION_DEFAULTS if getattr(args, name) is not None]
+    if given and not args.calibrate:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        parser.error(
+            f"{flags}: calibration options, and this run has a fixed job; add --calibrate to make a new job, or run "
+            f"a pinned one with --job ({', '.join(whole_step_job.NAMES)})"
+        )
+    for name, default in CALIBRATION_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if args.calibrate:
+        args.trainer = args.trainer or "v1"
+        return args, None
+    try:
+        job = whole_step_job.resolve(args.job or "1to1", args.trainer)
+    except ValueError as error:
+        parser.error(str(error))
+    args.trainer = job.workload.trainer
+    return args, job
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, job = parse_args(argv)
     started, load_before = time.monotonic(), os.getloadavg()
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="verl_split_whole_step_")).resolve()
     assets = make_tiny_assets(work_dir / "assets")
-    work = Workload(
-        args.batch,
-        args.response_length,
-        max(args.critic_tokens, MAX_PROMPT + args.response_length),
-        args.critic_epochs,
-        args.critic_epochs,
-        0,
-        0,
-        args.trainer,
-    )
-    print(f"calibrating in {work_dir} ...", file=sys.stderr, flush=True)
-    work, found = calibrate(
-        assets, work, work_dir / "calibration", args.update_ratio, args.prep_ratio, args.calibration_runs
-    )
-    configs = [c for c in CONFIGS if c[0] in wanted]
+    found = None
+    if job is None:
+        start = Workload(
+            args.batch,
+            args.response_length,
+            max(args.critic_tokens, whole_step_job.MAX_PROMPT + args.response_length),
+            args.critic_epochs,
+            args.critic_epochs,
+            0,
+            0,
+            args.trainer,
+        )
+        print(f"calibrating in {work_dir} ...", file=sys.stderr, flush=True)
+        work, found = calibrate(
+            assets, start, work_dir / "calibration", args.update_ratio, args.prep_ratio, args.calibration_runs
+        )
+        job = Job(
+            "calibrated",
+            f"calibrated in this run: reached {found['reached_update_ratio']:.2f}:1 in the updates and "
+            f"{found['reached_prep_ratio']:.2f}:1 in the preparation (aimed at {args.update_ratio:g}:1 and "
+            f"{args.prep_ratio:g}:1), run {found['chosen_run']} of {len(found['runs'])}",
+            work,
+        )
+    print(job.describe(), file=sys.stderr, flush=True)
+    configs = [c for c in CONFIGS if c[0] in args.configs]
     iterations = ceiling.iterations_for(args.ceiling_seconds) if args.repeats else 0
     reps = []
     for i in range(args.repeats):
@@ -555,12 +704,45 @@ def main() -> int:
         order = configs[i % len(configs) :] + configs[: i % len(configs)]
         for key, *_ in order:
             rep["out"][key] = work_dir / f"rep{i + 1}" / key
-            rep["metrics"][key] = run_job(assets, work, key, rep["out"][key], args.steps)
+            rep["metrics"][key] = run_job(assets, job.workload, key, rep["out"][key], args.steps)
         reps.append(rep)
-    if not reps:  # --repeats 0: the calibration alone
-        return 0
-    target = {"updates": args.update_ratio, "prep": args.prep_ratio}
-    rows = phase_rows(reps, target) + step_rows(reps)
+    rows, summaries = results(reps, args, found) if reps else ([], {})
+    minutes = (time.monotonic() - started) / 60
+    if reps:
+        print("\n" + job.describe())
+        print_tables(reps, rows, summaries)
+        print(
+            f"\n{len(reps)} repetitions in {minutes:.1f} min; load average {load_before[0]:.2f} before, "
+            f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs; work in {work_dir}"
+        )
+    if args.json:  # with --repeats 0, the calibration alone: its job for --job FILE
+        settings = {
+            "kind": "settings",
+            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU used",
+            "minutes": minutes,
+            "load_average_before": load_before[0],
+            "load_average_after": os.getloadavg()[0],
+            "repeats": args.repeats,
+            "steps": args.steps,
+            "configs": args.configs,
+            "job": {"name": job.name, "source": job.source},
+            "workload": asdict(job.workload),
+            "calibration": found,
+            "ceilings": [rep["ceiling"].to_json() for rep in reps],
+        }
+        breakdown_rows = [
+            {"kind": "breakdown", "phase": p, "config": TITLES[k], **s} for (p, k), s in summaries.items() if s
+        ]
+        Path(args.json).write_text(json.dumps([settings, *rows, *breakdown_rows], indent=2) + "\n")
+    return 0
+
+
+def results(reps: list[dict], args: argparse.Namespace, found: dict | None) -> tuple[list[dict], dict]:
+    """The rows (headline, bound, deferral, phases, steps) and the breakdown of each overlapped phase."""
+    target = {"updates": args.update_ratio, "prep": args.prep_ratio} if found else None
+    bests = best_splits(reps)
+    rows = phase_rows(reps, target) + ([bound_row(reps, bests)] if bests else []) + step_rows(reps, bests)
     rows = [r for r in (headline_row(rows),) if r] + deferral_rows(reps) + rows
     summaries = {}
     for phase, key in overlapped_pairs(reps):
@@ -574,31 +756,7 @@ def main() -> int:
             for k in ("sequential", key)
         }
         summaries[(phase, key)] = breakdown.compare(per_run["sequential"], per_run[key])
-    print_tables(reps, rows, summaries)
-    minutes = (time.monotonic() - started) / 60
-    print(
-        f"\n{len(reps)} repetitions in {minutes:.1f} min; load average {load_before[0]:.2f} before, "
-        f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs; work in {work_dir}"
-    )
-    if args.json:
-        settings = {
-            "kind": "settings",
-            "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU used",
-            "minutes": minutes,
-            "load_average_before": load_before[0],
-            "load_average_after": os.getloadavg()[0],
-            "repeats": args.repeats,
-            "steps": args.steps,
-            "workload": asdict(work),
-            "calibration": found,
-            "ceilings": [rep["ceiling"].to_json() for rep in reps],
-        }
-        breakdown_rows = [
-            {"kind": "breakdown", "phase": p, "config": TITLES[k], **s} for (p, k), s in summaries.items() if s
-        ]
-        Path(args.json).write_text(json.dumps([settings, *rows, *breakdown_rows], indent=2) + "\n")
-    return 0
+    return rows, summaries
 
 
 if __name__ == "__main__":

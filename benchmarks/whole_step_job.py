@@ -1,0 +1,184 @@
+"""The whole-step benchmark's job: the work of one PPO step, fixed by its sizes, so that two runs measure the same.
+
+Used by ``whole_step.py``. A job is a :class:`Workload` (prompts, answer length, epochs, token budgets, trainer).
+It comes from one of three places (``--job``):
+
+- a **pinned** job by name, per trainer (:data:`PINNED`): the sizes a recorded run's calibration landed on,
+  the run whose figures the docs quote;
+- a **file**: a results JSON this script wrote (its ``settings`` row holds the job it ran), or a calibration
+  saved with ``--calibrate --repeats 0 --json FILE``;
+- a new **calibration** (``--calibrate``): split sequential runs that move the token budgets until each phase
+  has the work ratio asked; the job it lands on is printed and stored, and ``--job FILE`` runs it again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+MAX_PROMPT = 32  # dry_run_overrides' data.max_prompt_length
+
+
+@dataclass
+class Workload:
+    batch: int
+    response_length: int
+    critic_tokens: int
+    critic_epochs: int
+    actor_epochs: int
+    actor_update_tokens: int
+    actor_prep_tokens: int
+    trainer: str
+
+    @property
+    def min_tokens(self) -> int:  # verl's dynamic batch size needs the longest sequence to fit
+        return MAX_PROMPT + self.response_length
+
+    def overrides(self) -> list[str]:
+        """Hydra overrides on top of the dry run's (later ones win)."""
+        b = self.batch
+        return [
+            f"data.train_batch_size={b}",
+            f"data.max_response_length={self.response_length}",
+            f"actor_rollout_ref.rollout.max_model_len={self.min_tokens}",
+            "trainer.total_epochs=1000",  # the 256 prompts would otherwise end the run after 256 / batch steps
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={b}",
+            f"critic.ppo_mini_batch_size={b}",
+            f"actor_rollout_ref.actor.ppo_epochs={self.actor_epochs}",
+            f"critic.ppo_epochs={self.critic_epochs}",
+            "actor_rollout_ref.actor.use_kl_loss=true",  # a reference policy: ref runs in the preparation
+            "actor_rollout_ref.actor.use_dynamic_bsz=true",  # the critic's follows it
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={self.actor_update_tokens}",
+            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={self.actor_prep_tokens}",
+            f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={self.actor_prep_tokens}",
+            f"critic.ppo_max_token_len_per_gpu={self.critic_tokens}",
+            f"+critic.ppo_infer_max_token_len_per_gpu={self.critic_tokens}",  # v1: the critic's only budget
+        ]
+
+    def describe(self) -> str:
+        return (
+            f"trainer {self.trainer}, {self.batch} prompts a step, {self.response_length}-token answers, PPO epochs "
+            f"actor {self.actor_epochs} / critic {self.critic_epochs}, tokens per micro-batch: actor update "
+            f"{self.actor_update_tokens}, actor old_log_prob and ref {self.actor_prep_tokens}, "
+            f"critic {self.critic_tokens}"
+        )
+
+
+@dataclass
+class Job:
+    """A workload and where it came from (a pinned name, a file, a calibration)."""
+
+    name: str
+    source: str
+    workload: Workload
+
+    def describe(self) -> str:
+        return f"job {self.name} ({self.source}): {self.workload.describe()}"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "source": self.source, "workload": asdict(self.workload)}
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A pinned job: its sizes, the recorded run (a JSON in benchmarks/) whose calibration landed on them, and what
+    that calibration reached."""
+
+    workload: Workload
+    recorded: str
+    reached: str
+
+
+def _pinned(recorded: str, reached: str, **sizes) -> Pinned:
+    return Pinned(Workload(batch=128, response_length=16, actor_prep_tokens=2048, **sizes), recorded, reached)
+
+
+#: Per trainer and name, the job a recorded run's calibration landed on (its JSON's ``settings.workload``) and
+#: that run, whose figures the docs quote. ``tests/project/test_whole_step_benchmark.py`` holds each against its JSON.
+PINNED: dict[tuple[str, str], Pinned] = {
+    # Actor and critic updates alike: calibration run 4 of 4, 2026-11-24 (split + all + shared 1.08x stock).
+    ("v1", "1to1"): _pinned(
+        "whole_step.json",
+        "0.99:1 in the updates, 1.10:1 in the preparation",
+        critic_tokens=221,
+        critic_epochs=1,
+        actor_epochs=1,
+        actor_update_tokens=262,
+        trainer="v1",
+    ),
+    # A critic twice the actor (--update-ratio 0.5 --critic-epochs 2): run 4 of 4, 2026-11-25, after the servers'
+    # cap change the code still has (split + all + shared 1.08x stock).
+    ("v1", "critic-heavy"): _pinned(
+        "whole_step_late_join_critic_heavy_2.json",
+        "0.52:1 in the updates, 0.81:1 in the preparation",
+        critic_tokens=139,
+        critic_epochs=2,
+        actor_epochs=2,
+        actor_update_tokens=425,
+        trainer="v1",
+    ),
+    # RayPPOTrainer at 1:1 (--calibration-runs 6): run 4, 2026-11-27 (split + updates + prep + shared 1.13x).
+    ("v0", "1to1"): _pinned(
+        "whole_step_v0_1to1_calibrated.json",
+        "1.02:1 in the updates, 0.94:1 in the preparation",
+        critic_tokens=131,
+        critic_epochs=1,
+        actor_epochs=1,
+        actor_update_tokens=190,
+        trainer="v0",
+    ),
+    # RayPPOTrainer, asked for 0.5:1 (--calibration-runs 2), landed on a critic 3.2x the actor: run 2, 2026-11-27
+    # (split + all + shared 1.09x). Heavier than v1's critic-heavy job: the figures it gave were on this one.
+    ("v0", "critic-heavy"): _pinned(
+        "whole_step_v0_critic_heavy.json",
+        "0.31:1 in the updates, 0.51:1 in the preparation",
+        critic_tokens=116,
+        critic_epochs=2,
+        actor_epochs=2,
+        actor_update_tokens=417,
+        trainer="v0",
+    ),
+}
+NAMES = sorted({name for _, name in PINNED})
+
+
+def pinned(name: str, trainer: str) -> Job:
+    pin = PINNED[(trainer, name)]
+    source = f"pinned: the job of benchmarks/{pin.recorded}, whose calibration reached {pin.reached}"
+    return Job(f"{trainer} {name}", source, Workload(**asdict(pin.workload)))
+
+
+def load(path: Path) -> Job:
+    """The job a results JSON ran (its ``settings`` row), or a calibration saved with ``--repeats 0``."""
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"--job {path}: cannot read it as this benchmark's JSON ({error})") from None
+    settings = next((r for r in rows if isinstance(r, dict) and r.get("kind") == "settings"), None) if rows else None
+    recorded = (settings or {}).get("workload")
+    names = {f.name for f in fields(Workload)}
+    if not isinstance(recorded, dict) or set(recorded) != names:
+        raise ValueError(
+            f"--job {path}: no job in it (a results JSON of benchmarks/whole_step.py has a settings row whose "
+            f"workload names {', '.join(sorted(names))})"
+        )
+    # The name it ran under (a pinned job's, "calibrated"); JSONs from before issue 47 have none.
+    name = ((settings or {}).get("job") or {}).get("name") or "recorded"
+    return Job(name, f"the job of {path}", Workload(**recorded))
+
+
+def resolve(spec: str, trainer: str | None) -> Job:
+    """``--job``: a pinned name (for ``trainer``, v1 if not given) or a file; ``trainer`` must agree with a file's."""
+    if spec in NAMES:
+        return pinned(spec, trainer or "v1")
+    path = Path(spec)
+    if not path.exists():
+        raise ValueError(f"--job {spec}: neither a pinned job ({', '.join(NAMES)}) nor a file")
+    job = load(path)
+    if trainer and trainer != job.workload.trainer:
+        raise ValueError(
+            f"--job {spec} ran on the {job.workload.trainer} trainer, --trainer asks for {trainer}: a job is its "
+            "trainer's (drop --trainer, or calibrate a job for it with --calibrate)"
+        )
+    return job
