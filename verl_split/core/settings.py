@@ -116,7 +116,7 @@ class Settings:
     #: Rollout replicas on the critic pool too (``VERL_SPLIT_SHARED_ROLLOUT``); the config's
     #: ``split_placement.shared_rollout`` wins over it (``placement.shared_rollout_from_config``).
     shared_rollout: bool = False
-    #: ``VERL_SPLIT_LATE_JOIN``: True on (and always), False off, None auto (``shared_rollout.coordinator.late_join_on``).
+    #: ``VERL_SPLIT_LATE_JOIN``: True on (and always), False off, None auto (``coordinator.late_join_on``).
     late_join: bool | None = None
     #: ``VERL_SPLIT_LATE_JOIN=always``: the critic pool joins without asking the rate model (``both_pools.py``).
     late_join_always: bool = False
