@@ -115,16 +115,22 @@ EXAMPLE_TIMEOUT_S = 900
 CHECKPOINTED_STEPS = 4
 SAVED_STEP = 2
 
-#: Rollout on both pools with late joins: slower generation (the test plugin's ``SLOW_GENERATE_SLEEP`` per
-#: request, 8 requests a step) and a critic update that outlasts the actor's, runs on into the next step's
-#: generation (the deferral) and holds the critic pool back until it ends (late_join.py); not after a checkpoint,
-#: whose save joins the update.
+#: Rollout on both pools with late joins, every decision forced so that nothing depends on the machine's load
+#: (the test plugin, tests/support/plugins/slow_updates.py): the critic's update of steps 1 and 3 ends only once
+#: the next step's generation has begun, so it runs on past the weight sync (the deferral) and holds the critic
+#: pool back (late_join.py); the critic pool then joins without asking the rate model
+#: (``VERL_SPLIT_LATE_JOIN=always``; the rule itself: tests/runtime/shared_rollout/test_shared_rollout_late_join.py);
+#: and the actor pool's server waits, after its first request of a step, until the critic pool's has begun one,
+#: so the critic pool certainly finds requests still queued. Steps 2 and 4 are joined late; steps 1 and 3 the
+#: critic pool generates from the start (step 3 follows the checkpoint, whose save joined step 2's update).
+#: Each request takes ``SLOW_GENERATE_SLEEP`` longer and logs itself (8 requests a step).
 GENERATE_SLEEP_S = 0.25
-CRITIC_SLEEP_S = 1.0
 LATE_JOIN = {
     "VERL_SPLIT_SHARED_ROLLOUT": "1",
+    "VERL_SPLIT_LATE_JOIN": "always",
     "SLOW_GENERATE_SLEEP": str(GENERATE_SLEEP_S),
-    "SLOW_UPDATES_SLEEP_CRITIC": str(CRITIC_SLEEP_S),
+    "SLOW_CRITIC_HOLD_STEPS": "1,3",
+    "SLOW_GENERATE_AWAIT": "1",
 }
 
 
