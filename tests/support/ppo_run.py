@@ -135,18 +135,38 @@ LATE_JOIN = {
 
 
 def checkpointed_overrides(
-    tiny_assets: TinyAssets, out: Path, trainer: str | None, checkpoints: Path, resume: bool
+    tiny_assets: TinyAssets,
+    out: Path,
+    trainer: str | None,
+    checkpoints: Path,
+    resume: bool,
+    steps: int = CHECKPOINTED_STEPS,
+    saved: int = SAVED_STEP,
 ) -> list[str]:
-    """The dry run's GAE job on 2 logical GPUs for ``CHECKPOINTED_STEPS`` steps, saving after step ``SAVED_STEP``
-    into ``checkpoints``; ``resume``: from the latest checkpoint there (verl's ``resume_mode=auto``)."""
+    """The dry run's GAE job on 2 logical GPUs for ``steps`` steps, saving every ``saved`` steps into
+    ``checkpoints``; ``resume``: from the latest checkpoint there (verl's ``resume_mode=auto``)."""
     kept = [
         o
-        for o in dry_run_overrides(tiny_assets, CHECKPOINTED_STEPS, "gae", trainer, out, n_gpus_per_node=2)
+        for o in dry_run_overrides(tiny_assets, steps, "gae", trainer, out, n_gpus_per_node=2)
         if not o.startswith(("trainer.save_freq=", "trainer.default_local_dir=", "trainer.resume_mode="))
     ]
     return [
         *kept,
-        f"trainer.save_freq={SAVED_STEP}",
+        f"trainer.save_freq={saved}",
         f"trainer.default_local_dir={checkpoints}",
         f"trainer.resume_mode={'auto' if resume else 'disable'}",
     ]
+
+
+def last_checkpoint(checkpoints: Path) -> int:
+    """The step verl's own marker names as the latest checkpoint, after checking that its folder holds every role's
+    model shards and that they load (``torch.load``): the checkpoint a resume would start from is intact."""
+    import torch
+
+    step = int((checkpoints / "latest_checkpointed_iteration.txt").read_text().strip())
+    for role in ("actor", "critic"):
+        shards = sorted((checkpoints / f"global_step_{step}" / role).glob("model_world_size_*_rank_*.pt"))
+        assert shards, f"no {role} model shard in {checkpoints / f'global_step_{step}'}"
+        for shard in shards:
+            assert torch.load(shard, weights_only=False), shard
+    return step
