@@ -202,3 +202,13 @@ def test_the_wrappers_call_verl_straight_without_a_watch_or_from_a_coroutine(wat
         return watchdog.wrap_generate_sequences(lambda: generate(), None, (), {})
 
     assert asyncio.run(awaited()) == "generated" and ran_on[-1] == "MainThread"
+
+
+def test_a_timeout_inside_the_wait_is_the_waits_own_error_not_a_probe_tick(watched):
+    """``concurrent.futures.TimeoutError`` is Python's ``TimeoutError``: one raised by the wait itself (a ``ray.get``
+    with a timeout inside verl) must come out as it is, once, not be taken for the watch's own tick."""
+    probes = []
+    watched.watch.check = lambda hung=True: probes.append(hung)
+    with pytest.raises(TimeoutError, match="verl's own"):
+        watched.watch.run(lambda: (_ for _ in ()).throw(TimeoutError("verl's own")))
+    assert probes == [False]

@@ -93,18 +93,17 @@ class Watch:
 
         # A daemon thread: a wait given up on (the run stops) must not keep the process from exiting.
         threading.Thread(target=target, name="verl-split-generation", daemon=True).start()
-        while True:
-            try:
-                return done.result(timeout=self.probe_s)
-            except concurrent.futures.TimeoutError:
-                found = self.check()
-                if found is not None:
-                    raise found from None
-            except Exception as exc:
-                found = self.check(hung=False)
-                if found is not None:
-                    raise found from exc
-                raise
+        while not concurrent.futures.wait([done], timeout=self.probe_s).done:
+            found = self.check()
+            if found is not None:
+                raise found from None
+        try:
+            return done.result()
+        except Exception as exc:  # verl's own error (Ray's, for a request to a dead server): named if one died
+            found = self.check(hung=False)
+            if found is not None:
+                raise found from exc
+            raise
 
     def check(self, hung: bool = True) -> SharedRolloutError | None:
         """The servers found dead (and, with ``hung``, those holding requests past the limit), parked; None: none."""
