@@ -126,9 +126,19 @@ def watched(monkeypatch):
     return SimpleNamespace(watch=watch, dead=dead, balancer=handle)
 
 
-def test_a_wait_that_ends_gives_its_result_and_probes_nothing_when_quick(watched):
+def test_a_wait_that_ends_gives_its_result(watched):
     assert watched.watch.run(lambda: "batch") == "batch"
     assert watched.balancer.parked == []
+
+
+def test_a_server_that_died_in_a_wait_that_still_ended_is_found_at_its_end(watched):
+    """verl's v1 path: its failed prompts were generated again on the server left, so the wait ended, before any
+    probe came round (a generation shorter than PROBE_S); the samples are not used."""
+    watched.watch.probe_s = 60.0
+    watched.dead.append(1)
+    with pytest.raises(SharedRolloutError, match=r"replica 1 \(critic pool\) died"):
+        watched.watch.run(lambda: "batch generated on replica 0 alone")
+    assert watched.balancer.parked == [["server-1"]]
 
 
 def test_a_generation_that_fails_on_a_dead_server_is_named_and_the_server_parked(watched):
@@ -208,7 +218,7 @@ def test_a_timeout_inside_the_wait_is_the_waits_own_error_not_a_probe_tick(watch
     """``concurrent.futures.TimeoutError`` is Python's ``TimeoutError``: one raised by the wait itself (a ``ray.get``
     with a timeout inside verl) must come out as it is, once, not be taken for the watch's own tick."""
     probes = []
-    watched.watch.check = lambda hung=True: probes.append(hung)
+    watched.watch.check = lambda hung=True: probes.append(hung)  # and finds nothing
     with pytest.raises(TimeoutError, match="verl's own"):
         watched.watch.run(lambda: (_ for _ in ()).throw(TimeoutError("verl's own")))
     assert probes == [False]

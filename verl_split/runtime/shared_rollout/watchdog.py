@@ -17,8 +17,10 @@ deadline for all (``both_pools.dead_replicas``), and asks the balancer which ser
 none for ``VERL_SPLIT_ROLLOUT_WATCHDOG_S`` (``balancer.stalled``). A server found dead or hung is parked in the
 balancer (``park_dead``: nothing more is routed to it), and the run stops with ``SharedRolloutError`` naming its
 replica and pool: a dead server within ``PROBE_S`` plus the probe's deadline, a hung one within the watchdog's
-limit plus ``PROBE_S``. A failure of the wait itself is named the same way when a server is found dead; any other
-is verl's, raised as it came. Nothing is saved after generation fails, so the last checkpoint is the one before.
+limit plus ``PROBE_S``; and once more when the wait ends (the v1 trainer's generation can end on the servers left
+before a probe came round). A failure of the wait itself is named the same way when a server is found dead; any
+other is verl's, raised as it came. Nothing is saved after generation fails, so the last checkpoint is the one
+before.
 """
 
 from __future__ import annotations
@@ -98,12 +100,18 @@ class Watch:
             if found is not None:
                 raise found from None
         try:
-            return done.result()
+            result = done.result()
         except Exception as exc:  # verl's own error (Ray's, for a request to a dead server): named if one died
             found = self.check(hung=False)
             if found is not None:
                 raise found from exc
             raise
+        # Once more at the end: the v1 trainer generates a failed prompt again, so a generation can end on the
+        # servers left before a probe came round; a server that died in it is found before its samples are used.
+        found = self.check(hung=False)
+        if found is not None:
+            raise found
+        return result
 
     def check(self, hung: bool = True) -> SharedRolloutError | None:
         """The servers found dead (and, with ``hung``, those holding requests past the limit), parked; None: none."""
