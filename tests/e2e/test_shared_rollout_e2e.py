@@ -19,7 +19,6 @@ import pytest
 from support.ppo_run import (
     CHECKPOINTED_STEPS,
     checkpointed_overrides,
-    halves_overrides,
     last_checkpoint,
     plugin_env,
     run_main_ppo,
@@ -41,22 +40,6 @@ TOLERANCE = 1e-5
 #: The dry run's rollout-vs-actor probability gap: the two compute the same log-probs on the CPU.
 PROB_GAP = 1e-6
 STEPS = CHECKPOINTED_STEPS
-
-
-def run_shared(tiny_assets, out: Path, **env: str):
-    environment = plugin_env(
-        out,
-        VERL_SPLIT="1",
-        VERL_SPLIT_PLACEMENT="halves",
-        VERL_SPLIT_SHARED_ROLLOUT="1",
-        RAY_DEDUP_LOGS="0",  # every replica's own log lines, not Ray's "[repeated 3x across cluster]"
-        **env,
-    )
-    return run_main_ppo(halves_overrides(tiny_assets, out), out, env=environment)
-
-
-def log_lines(log: str, pattern: str) -> list[re.Match]:
-    return list(re.finditer(pattern, log))
 
 
 def test_both_pools_generate_every_step(shared_rollout_run):
@@ -165,37 +148,41 @@ def test_same_numbers_as_without_shared_rollout(shared_rollout_run, example_run)
         assert shared.series(key)[: len(without)] == pytest.approx(without, rel=TOLERANCE, abs=TOLERANCE), key
 
 
+#: The hung server's limit in the runs below (VERL_SPLIT_ROLLOUT_WATCHDOG_S): a request there takes under a second.
+HANG_LIMIT_S = 20
+#: What the critic pool's server does in step 2 (the test plugin), the record it logs then, and what the run's error
+#: says of it.
+FAULTS = {
+    "dies": (
+        {"SLOW_ROLLOUT_DIE": "1@2"},
+        "died",
+        r"died \(its server does not answer\)\. It is parked",
+    ),
+    "hangs": (
+        {"SLOW_ROLLOUT_HANG": "1@2"},
+        "hangs",
+        rf"hangs: it has held (?P<held>\d+) request\(s\) and ended none for (?P<idle>\d+) s "
+        rf"\(VERL_SPLIT_ROLLOUT_WATCHDOG_S={HANG_LIMIT_S}\)\. It is parked",
+    ),
+}
+
+
 @pytest.mark.extended(
     reason="a server that dies mid-generation ends a RayPPOTrainer run in CI (test_shared_rollout_v0_e2e.py); the "
-    "watch finds a dead server while the v1 trainer waits in test_generation_watchdog.py, with verl's objects faked"
+    "watch that finds a dead or hung server while the v1 trainer waits, and the balancer that parks it or finds it "
+    "holding requests past the limit: test_generation_watchdog.py (verl's balancer, the trainer's side faked)"
 )
-def test_a_replica_that_dies_ends_the_run_with_a_clear_error(tiny_assets, tmp_path):
-    """The critic pool's server is killed right after it got step 1's weights (test plugin ``SLOW_ROLLOUT_KILL``):
-    step 2's generation meets a dead server. verl's v1 trainer generates a failed prompt again, so its wait never
-    fails by itself; the generation watchdog finds the server dead, parks it and stops the run naming it."""
-    out = tmp_path / "killed"
-    out.mkdir()
-    run = run_shared(tiny_assets, out, SLOW_ROLLOUT_KILL="1@1")
-    assert run.returncode != 0
-    killed = [json.loads(line) for line in (out / "updates.jsonl").read_text().splitlines() if "killed" in line]
-    assert killed and killed[0]["after_push_of_step"] == 1
-    assert "SharedRolloutError: shared rollout: generation stopped: the rollout server of replica 1 (critic pool) " in (
-        run.log
-    )
-    assert [m["step"] for m in run.metrics] == [1]  # step 1 completed and was logged; nothing after
-
-
-#: The hung server's limit in the run below (VERL_SPLIT_ROLLOUT_WATCHDOG_S): a request there takes under a second.
-HANG_LIMIT_S = 20
-
-
-def test_a_server_that_hangs_mid_generation_ends_the_run_naming_it(tiny_assets, tmp_path):
-    """The critic pool's server never ends its first request of step 2 (test plugin ``SLOW_ROLLOUT_HANG``), so it
-    holds that request and the ones behind it, and verl's v1 trainer waits for them without end. Without the
-    deferral the critic pool generates from every weight sync, so step 2 routes to it. The watchdog stops the run
-    with verl-split's error naming the replica once it has held its requests past the limit; step 1's checkpoint is
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_server_that_dies_or_hangs_mid_generation_ends_the_run_naming_it(tiny_assets, tmp_path, fault):
+    """The critic pool's server exits at its second request of step 2 (test plugin ``SLOW_ROLLOUT_DIE``), or never
+    ends its first (``SLOW_ROLLOUT_HANG``: it holds that request and the ones behind it). verl's v1 trainer neither
+    fails nor ends by itself: ``ReplayBuffer.sample`` generates a failed prompt again (on the dead server too), and
+    waits for a held one without end. Without the deferral the critic pool generates from every weight sync, so
+    step 2 certainly routes to it. The watchdog stops the run with verl-split's error naming the replica, the dead
+    server at its next probe, the hung one once it has held its requests past the limit; step 1's checkpoint is
     the last, intact."""
-    out = tmp_path / "hung"
+    knobs, logged, said = FAULTS[fault]
+    out = tmp_path / fault
     out.mkdir()
     checkpoints = out / "checkpoints"
     environment = plugin_env(
@@ -206,21 +193,21 @@ def test_a_server_that_hangs_mid_generation_ends_the_run_naming_it(tiny_assets, 
         VERL_SPLIT_OVERLAP="updates,prep",
         VERL_SPLIT_ROLLOUT_WATCHDOG_S=str(HANG_LIMIT_S),
         SLOW_GENERATE_SLEEP="0.25",
-        SLOW_ROLLOUT_HANG="1@2",
         RAY_DEDUP_LOGS="0",
+        **knobs,
     )
     overrides = checkpointed_overrides(tiny_assets, out, "v1", checkpoints, resume=False, steps=2, saved=1)
     run = run_main_ppo(overrides, out, env=environment)
     assert run.returncode != 0
     records = [json.loads(line) for line in (out / "updates.jsonl").read_text().splitlines()]
-    assert [r["hangs"] for r in records if "hangs" in r] == [1]
+    assert [r[logged] for r in records if logged in r] == [1]
     found = re.search(
         r"SharedRolloutError: shared rollout: generation stopped: the rollout server of replica 1 \(critic pool\) "
-        r"hangs: it has held (\d+) request\(s\) and ended none for (\d+) s \(VERL_SPLIT_ROLLOUT_WATCHDOG_S=20\)\. "
-        r"It is parked",
+        + said,
         run.log,
     )
     assert found, run.log[-4000:]
-    assert int(found.group(1)) >= 1 and int(found.group(2)) >= HANG_LIMIT_S
-    assert [m["step"] for m in run.metrics] == [1]
+    if fault == "hangs":
+        assert int(found["held"]) >= 1 and int(found["idle"]) >= HANG_LIMIT_S
+    assert [m["step"] for m in run.metrics] == [1]  # step 1 completed and was logged; nothing after
     assert last_checkpoint(checkpoints) == 1

@@ -5,7 +5,8 @@ without Ray, its clock stepped by the test; the watch's trainer side is given fa
 of the balancer's handle, and the probe of the servers (``both_pools.dead_replicas``, on a real Ray in
 test_dead_replicas_ray.py) answers what the test says. These test our coordination: which server is parked, what
 the error names, that a wait is given up on. Real runs, verl's agent loop and trainers: tests/e2e/
-test_shared_rollout_v0_e2e.py (a server killed mid-generation) and test_shared_rollout_e2e.py (one that hangs).
+test_shared_rollout_v0_e2e.py (a server killed mid-generation) and test_shared_rollout_e2e.py (the v1 trainer: one
+that dies, one that hangs; --extended).
 """
 
 from __future__ import annotations

@@ -20,8 +20,6 @@ Environment (``PHASE`` is ``UPDATES`` or ``PREP``):
   ``SLOW_{PHASE}_SLEEP_CRITIC`` / ``_ACTOR``: the same for one role, in place of ``SLOW_{PHASE}_SLEEP``.
 - ``SLOW_{PHASE}_FAIL``: ``critic`` or ``actor``: raise inside that role's call of that phase.
 - ``SLOW_{PHASE}_KILL``: ``critic`` or ``actor``: kill that worker's process in that call.
-- ``SLOW_ROLLOUT_KILL``: ``<replica rank>@<step>``: with shared rollout, kill that replica's CPU
-  rollout server right after the trainer pushed it the weights of that step.
 - ``SLOW_GENERATE_SLEEP``: seconds each request takes longer on the CPU rollout's servers, so that
   generation lasts long enough for a critic pool to join it late (``late_join.py``); each request then logs a
   ``generate`` record (replica, the step of its weights, start). The knobs below read those records, and need it.
@@ -181,37 +179,9 @@ def _patch_legacy(module):
     critic.compute_values = _instrument("prep", "critic", critic.compute_values)
 
 
-# Shared rollout (tests/e2e/test_shared_rollout_e2e.py): SLOW_ROLLOUT_KILL=<replica rank>@<step> kills
-# that replica's rollout server right after the trainer pushed it the weights of that step, so the
-# next step's generation meets a dead server, as after a crash between two steps. Done in the
-# trainer: where verl loads this plugin while the server's own module is half-imported, that
-# module cannot be patched yet.
-@wrapt.when_imported("verl_split.runtime.shared_rollout.both_pools")
-def _patch_shared_rollout(module):
-    knob = os.environ.get("SLOW_ROLLOUT_KILL")
-    # Only the trainer's process: in the balancer's, verl loads this plugin while the module is half-imported.
-    if not knob or not hasattr(module, "BothPoolsCheckpointManager"):
-        return
-    rank, step = (int(part) for part in knob.split("@"))
-    original = module.BothPoolsCheckpointManager.update_weights
-
-    def update_weights(self, global_steps=None):
-        result = original(self, global_steps)
-        if global_steps == step:
-            import ray
-
-            from verl_split.runtime.cpu.rollout import server_name
-
-            ray.kill(ray.get_actor(server_name(rank)))
-            _log({"phase": "rollout", "killed": server_name(rank), "after_push_of_step": step, "at": time.time()})
-        return result
-
-    module.BothPoolsCheckpointManager.update_weights = update_weights
-
-
 # SLOW_GENERATE_SLEEP: the servers are launched by the trainer-side replica (verl_split/runtime/cpu/rollout.py,
 # ray.remote(CPUGenerationServer)); giving it a subclass there reaches every server, while patching the server's
-# own module in its process would meet it half-imported (as above).
+# own module in its process would meet it half-imported (verl loads this plugin while that module imports).
 @wrapt.when_imported("verl_split.runtime.cpu.rollout")
 def _slow_generation(module):
     delay = float(os.environ.get("SLOW_GENERATE_SLEEP", "0"))
