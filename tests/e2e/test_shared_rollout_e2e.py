@@ -175,12 +175,12 @@ FAULTS = {
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_a_server_that_dies_or_hangs_mid_generation_ends_the_run_naming_it(tiny_assets, tmp_path, fault):
     """The critic pool's server exits at its second request of step 2 (test plugin ``SLOW_ROLLOUT_DIE``), or never
-    ends its first (``SLOW_ROLLOUT_HANG``: it holds that request and the ones behind it). verl's v1 trainer neither
-    fails nor ends by itself: ``ReplayBuffer.sample`` generates a failed prompt again (on the dead server too), and
-    waits for a held one without end. Without the deferral the critic pool generates from every weight sync, so
+    ends its first (``SLOW_ROLLOUT_HANG``: it holds that request and the ones behind it). verl's v1 trainer does not
+    stop for either: ``ReplayBuffer.sample`` counts a failed prompt as done and the step would go on without it, and
+    it waits for a held one without end. Without the deferral the critic pool generates from every weight sync, so
     step 2 certainly routes to it. The watchdog stops the run with verl-split's error naming the replica, the dead
-    server at its next probe, the hung one once it has held its requests past the limit; step 1's checkpoint is
-    the last, intact."""
+    server at its next probe or when the wait ends (every server probed once more), the hung one once it has held
+    its requests past the limit; step 1's checkpoint is the last, intact."""
     knobs, logged, said = FAULTS[fault]
     out = tmp_path / fault
     out.mkdir()

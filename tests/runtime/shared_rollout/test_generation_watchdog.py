@@ -133,8 +133,8 @@ def test_a_wait_that_ends_gives_its_result(watched):
 
 
 def test_a_server_that_died_in_a_wait_that_still_ended_is_found_at_its_end(watched):
-    """verl's v1 path: its failed prompts were generated again on the server left, so the wait ended, before any
-    probe came round (a generation shorter than PROBE_S); the samples are not used."""
+    """verl's v1 path: its failed prompts counted as done, the rest generated on the server left, so the wait ended
+    before any probe came round (a generation shorter than PROBE_S); the samples are not used."""
     watched.watch.probe_s = 60.0
     watched.dead.append(1)
     with pytest.raises(SharedRolloutError, match=r"replica 1 \(critic pool\) died"):
@@ -165,7 +165,8 @@ def test_a_failure_with_every_server_alive_is_verls_own(watched):
 
 
 def test_a_server_that_dies_while_the_wait_goes_on_stops_it(watched):
-    """verl's v1 path: a failed prompt is generated again, so the wait itself never fails; the probe finds it."""
+    """verl's v1 path: a failed prompt counts as done, so the wait itself never fails; the probe finds the server
+    while the others still generate."""
     release = threading.Event()
     watched.dead.append(1)
     with pytest.raises(SharedRolloutError, match=r"replica 1 \(critic pool\) died"):

@@ -6,9 +6,12 @@ the way a user can act on:
 * ``RayPPOTrainer`` waits in ``AgentLoopManager.generate_sequences``, whose workers gather their samples without
   ``return_exceptions`` (``AgentLoopWorker.generate_sequences`` in ``verl/experimental/agent_loop/agent_loop.py``):
   the first request to a dead server ends the step with Ray's own error, which does not name the replica;
-* the v1 trainer waits in ``ReplayBuffer.sample`` (``verl/trainer/ppo/v1/replay_buffer.py``), which marks a failed
-  prompt and generates it again: requests keep going to the dead server (verl's least-loaded choice favours one
-  whose requests fail at once: 1,014 of them in one fault run);
+* the v1 trainer waits in ``ReplayBuffer.sample`` (``verl/trainer/ppo/v1/replay_buffer.py``), which counts a
+  prompt whose request failed as done (a ``failure`` group, sampleable, its missing samples padded downstream;
+  ``trainer.v1.sampler.sync_refill_failed_groups``, off by default, would replace it with fresh prompts): the wait
+  ends on the servers left and the step goes on without what the dead one lost, the error only in the agent
+  loop's log. Meanwhile requests keep going to the dead server: verl's least-loaded choice favours one whose
+  requests fail at once (the control-plane benchmark's fault run sent it 1,014 of a step's requests);
 * and a server that hangs holds its requests, and either trainer's wait, with no limit.
 
 So on a shared-rollout run the trainer's wait for generation runs on a thread of its own while the trainer's
@@ -106,8 +109,8 @@ class Watch:
             if found is not None:
                 raise found from exc
             raise
-        # Once more at the end: the v1 trainer generates a failed prompt again, so a generation can end on the
-        # servers left before a probe came round; a server that died in it is found before its samples are used.
+        # Once more at the end: the v1 trainer's wait ends on the servers left (a failed prompt counts as done), so
+        # a generation can end before a probe came round; a server that died in it is found before the step goes on.
         found = self.check(hung=False)
         if found is not None:
             raise found
