@@ -74,11 +74,13 @@ test-oldest:
 # list): installed over its family's environment, the preflight, one 2-step split dry run and its metrics
 # (scripts/check-release.sh). 0.9.0 runs over .venv, 0.7.0 and 0.8.0 over .venvs/verl-0.7: their verl
 # requirements are the same as the pinned release's (scripts/release-env.sh checks). 0.9.0's run is GRPO (no
-# critic), CI's GRPO run end to end (the 0.9 family's GAE jobs run in the whole suite on 0.9.1).
+# critic), CI's GRPO run end to end (the 0.9 family's GAE jobs run in the whole suite on 0.9.1). 0.8.0's runs
+# with shared rollout on (RayPPOTrainer's hooks on the oldest release that has shared rollout).
 RELEASE_CHECKS ?= 0.9.0 0.7.0 0.8.0
 RELEASE_GRPO ?= 0.9.0
+RELEASE_SHARED ?= 0.8.0
 test-releases:
-	RELEASE_GRPO="$(RELEASE_GRPO)" scripts/check-release.sh $(RELEASE_CHECKS)
+	RELEASE_GRPO="$(RELEASE_GRPO)" RELEASE_SHARED="$(RELEASE_SHARED)" scripts/check-release.sh $(RELEASE_CHECKS)
 
 # The whole suite on one release: make test-release VERL=0.9.0 (any release of a family with an environment),
 # VERL=main (.venvs/verl-main, from verl's source tree: scripts/source-env.sh).

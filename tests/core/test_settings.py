@@ -61,6 +61,30 @@ def test_on_validates_every_value():
     assert on.enabled and on.overlap and not on.overlap_prep and on.trace_path == "t.json"
 
 
+@pytest.mark.parametrize(
+    ("value", "late_join", "always"),
+    [(None, None, False), ("auto", None, False), ("on", True, False), ("off", False, False), ("Always", True, True)],
+)
+def test_late_join_values(value, late_join, always):
+    env = {"VERL_SPLIT": "1", **({"VERL_SPLIT_LATE_JOIN": value} if value is not None else {})}
+    read = settings.read(env)
+    assert (read.late_join, read.late_join_always) == (late_join, always)
+
+
+def test_a_bad_late_join_value_names_every_accepted_one():
+    with pytest.raises(SettingsError, match=r"VERL_SPLIT_LATE_JOIN='sometimes'.*auto.*on.*off.*always"):
+        settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_LATE_JOIN": "sometimes"})
+
+
+def test_rollout_watchdog_seconds():
+    assert settings.read({"VERL_SPLIT": "1"}).rollout_watchdog_s == settings.ROLLOUT_WATCHDOG_S
+    assert settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_ROLLOUT_WATCHDOG_S": "45.5"}).rollout_watchdog_s == 45.5
+    assert settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_ROLLOUT_WATCHDOG_S": "0"}).rollout_watchdog_s == 0.0
+    for bad in ("-1", "nan", "inf", "soon"):
+        with pytest.raises(SettingsError, match=f"VERL_SPLIT_ROLLOUT_WATCHDOG_S='{bad}' is not a number of seconds"):
+            settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_ROLLOUT_WATCHDOG_S": bad})
+
+
 def test_settings_are_frozen_at_activation(monkeypatch):
     frozen = settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_OVERLAP": "prep"})
     settings.freeze(frozen)

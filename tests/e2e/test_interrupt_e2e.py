@@ -104,9 +104,13 @@ SCENARIOS = {
     "deferred_critic_update": ({"SLOW_UPDATES_SLEEP_CRITIC": str(UPDATE_SLEEP_S)}, _deferred_update_under_way),
     "critic_pool_joined_late": (
         {
+            # The join forced, as in the shared-rollout run (tests/support/ppo_run.py LATE_JOIN): step 1's critic
+            # update runs on past the sync, the critic pool joins without the rate model and finds requests queued.
             "VERL_SPLIT_SHARED_ROLLOUT": "1",
             "VERL_SPLIT_PLACEMENT": "halves",
-            "SLOW_UPDATES_SLEEP_CRITIC": "1.0",
+            "VERL_SPLIT_LATE_JOIN": "always",
+            "SLOW_CRITIC_HOLD_STEPS": "1",
+            "SLOW_GENERATE_AWAIT": "1",
             "SLOW_GENERATE_SLEEP": "3.0",  # 8 requests: step 2's generation lasts well past the join
             "RAY_DEDUP_LOGS": "0",
         },

@@ -16,7 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from support.ppo_run import CHECKPOINTED_STEPS, CRITIC_SLEEP_S, halves_overrides, plugin_env, run_main_ppo
+from support.ppo_run import (
+    CHECKPOINTED_STEPS,
+    checkpointed_overrides,
+    last_checkpoint,
+    plugin_env,
+    run_main_ppo,
+)
 
 from verl_split.core import compat
 from verl_split.dryrun.runner import METRICS_FILE, read_metrics
@@ -34,22 +40,6 @@ TOLERANCE = 1e-5
 #: The dry run's rollout-vs-actor probability gap: the two compute the same log-probs on the CPU.
 PROB_GAP = 1e-6
 STEPS = CHECKPOINTED_STEPS
-
-
-def run_shared(tiny_assets, out: Path, **env: str):
-    environment = plugin_env(
-        out,
-        VERL_SPLIT="1",
-        VERL_SPLIT_PLACEMENT="halves",
-        VERL_SPLIT_SHARED_ROLLOUT="1",
-        RAY_DEDUP_LOGS="0",  # every replica's own log lines, not Ray's "[repeated 3x across cluster]"
-        **env,
-    )
-    return run_main_ppo(halves_overrides(tiny_assets, out), out, env=environment)
-
-
-def log_lines(log: str, pattern: str) -> list[re.Match]:
-    return list(re.finditer(pattern, log))
 
 
 def test_both_pools_generate_every_step(shared_rollout_run):
@@ -95,27 +85,36 @@ def orphaned_balancers() -> list[str]:
 
 
 def test_the_critic_pool_joins_generation_when_the_critic_update_ends(shared_rollout_run):
+    """The decision is forced (``LATE_JOIN``, tests/support/ppo_run.py): the critic's updates of steps 1 and 3 run on
+    past the weight sync, the critic pool joins without asking the rate model, and finds requests still queued.
+    What follows is checked: when it joined, what it took, with which weights, never beside the critic's update."""
     out, run = shared_rollout_run
     run.assert_ok()
-    first, second = run.metrics[:2]
-    assert first["split/critic_pool_joined"] == 1.0 and first["split/critic_pool_join_s"] == 0.0  # from the start
-    # Step 2: step 1's critic update ran on (deferred); the actor pool generated meanwhile, the critic pool joined
-    # after it, took what was still queued, and each step says what that saved.
-    assert first["split/critic_update_deferred"] == 1.0
-    assert "shared rollout: the critic pool joined step 2's generation after the critic's update" in run.log
-    assert second["split/critic_pool_joined"] == 1.0
-    assert second["split/critic_pool_join_s"] >= 0.5 * CRITIC_SLEEP_S, second
-    assert 0.0 < second["split/critic_pool_rollout_share"] < first["split/critic_pool_rollout_share"], run.metrics
-    assert second["split/shared_rollout_saved_s"] > 0.0
-    # The critic's update and the critic pool's generation never shared its GPU: as the processes themselves saw
-    # it, every request the critic pool's server (replica 1) generated with step 1's weights began after step 1's
-    # critic update had ended on its worker.
+    by_step = {m["step"]: m for m in run.metrics}
+    for step in (1, 3):  # from the start: the first push at start-up; after step 2's checkpoint joined its update
+        assert by_step[step]["split/critic_pool_joined"] == 1.0 and by_step[step]["split/critic_pool_join_s"] == 0.0
+        assert by_step[step]["split/critic_update_deferred"] == 1.0
     records = [json.loads(line) for line in (out / "updates.jsonl").read_text().splitlines()]
     update_ends = sorted(
         r["end"] for r in records if r.get("role") == "critic" and r["phase"] == "update" and "end" in r
     )
-    late = [r["start"] for r in records if r["phase"] == "generate" and r["replica"] == 1 and r["weights"] == 1]
-    assert late and update_ends and min(late) > update_ends[0], (late, update_ends)
+    for step in (2, 4):
+        # Step k-1's critic update ran on (deferred); the actor pool generated meanwhile, the critic pool joined
+        # after it, took what was still queued, and the step says what that saved (an estimate).
+        late_step = by_step[step]
+        assert f"shared rollout: the critic pool joined step {step}'s generation after the critic's update" in run.log
+        assert late_step["split/critic_pool_joined"] == 1.0 and late_step["split/critic_pool_join_s"] > 0.0
+        assert 0.0 < late_step["split/critic_pool_rollout_share"] < 1.0, late_step
+        assert late_step["split/shared_rollout_saved_s"] > 0.0
+        assert "split/critic_pool_join_forecast_saved_s" not in late_step  # VERL_SPLIT_LATE_JOIN=always: none made
+        # The critic's update and the critic pool's generation never shared its GPU: as the processes themselves
+        # saw it, every request the critic pool's server (replica 1) generated with step k-1's weights began after
+        # step k-1's critic update had ended on its worker.
+        late = [
+            r["start"] for r in records if r["phase"] == "generate" and r["replica"] == 1 and r["weights"] == step - 1
+        ]
+        ended = update_ends[step - 2]
+        assert late and min(late) > ended, (step, late, ended)
 
 
 def test_every_replica_gets_every_step_s_weights(shared_rollout_run):
@@ -149,20 +148,66 @@ def test_same_numbers_as_without_shared_rollout(shared_rollout_run, example_run)
         assert shared.series(key)[: len(without)] == pytest.approx(without, rel=TOLERANCE, abs=TOLERANCE), key
 
 
+#: The hung server's limit in the runs below (VERL_SPLIT_ROLLOUT_WATCHDOG_S): a request there takes under a second.
+HANG_LIMIT_S = 20
+#: What the critic pool's server does in step 2 (the test plugin), the record it logs then, and what the run's error
+#: says of it.
+FAULTS = {
+    "dies": (
+        {"SLOW_ROLLOUT_DIE": "1@2"},
+        "died",
+        r"died \(its server does not answer\)\. It is parked",
+    ),
+    "hangs": (
+        {"SLOW_ROLLOUT_HANG": "1@2"},
+        "hangs",
+        rf"hangs: it has held (?P<held>\d+) request\(s\) and ended none for (?P<idle>\d+) s "
+        rf"\(VERL_SPLIT_ROLLOUT_WATCHDOG_S={HANG_LIMIT_S}\)\. It is parked",
+    ),
+}
+
+
 @pytest.mark.extended(
-    reason="dead replicas are found on real Ray by tests/runtime/shared_rollout/test_dead_replicas_ray.py and named "
-    "by the manager in test_shared_rollout_unit.py"
+    reason="a server that dies mid-generation ends a RayPPOTrainer run in CI (test_shared_rollout_v0_e2e.py); the "
+    "watch that finds a dead or hung server while the v1 trainer waits, and the balancer that parks it or finds it "
+    "holding requests past the limit: test_generation_watchdog.py (verl's balancer, the trainer's side faked)"
 )
-def test_a_replica_that_dies_ends_the_run_with_a_clear_error(tiny_assets, tmp_path):
-    """The critic pool's server is killed right after it got step 1's weights (test plugin
-    ``SLOW_ROLLOUT_KILL``): step 2's generation meets a dead server. verl's agent loop logs the
-    failed requests; the run must stop with verl-split's error naming the replica, not hang."""
-    out = tmp_path / "killed"
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_server_that_dies_or_hangs_mid_generation_ends_the_run_naming_it(tiny_assets, tmp_path, fault):
+    """The critic pool's server exits at its second request of step 2 (test plugin ``SLOW_ROLLOUT_DIE``), or never
+    ends its first (``SLOW_ROLLOUT_HANG``: it holds that request and the ones behind it). verl's v1 trainer does not
+    stop for either: ``ReplayBuffer.sample`` counts a failed prompt as done and the step would go on without it, and
+    it waits for a held one without end. Without the deferral the critic pool generates from every weight sync, so
+    step 2 certainly routes to it. The watchdog stops the run with verl-split's error naming the replica, the dead
+    server at its next probe or when the wait ends (every server probed once more), the hung one once it has held
+    its requests past the limit; step 1's checkpoint is the last, intact."""
+    knobs, logged, said = FAULTS[fault]
+    out = tmp_path / fault
     out.mkdir()
-    run = run_shared(tiny_assets, out, SLOW_ROLLOUT_KILL="1@1")
+    checkpoints = out / "checkpoints"
+    environment = plugin_env(
+        out,
+        VERL_SPLIT="1",
+        VERL_SPLIT_PLACEMENT="halves",
+        VERL_SPLIT_SHARED_ROLLOUT="1",
+        VERL_SPLIT_OVERLAP="updates,prep",
+        VERL_SPLIT_ROLLOUT_WATCHDOG_S=str(HANG_LIMIT_S),
+        SLOW_GENERATE_SLEEP="0.25",
+        RAY_DEDUP_LOGS="0",
+        **knobs,
+    )
+    overrides = checkpointed_overrides(tiny_assets, out, "v1", checkpoints, resume=False, steps=2, saved=1)
+    run = run_main_ppo(overrides, out, env=environment)
     assert run.returncode != 0
-    killed = [json.loads(line) for line in (out / "updates.jsonl").read_text().splitlines() if "killed" in line]
-    assert killed and killed[0]["after_push_of_step"] == 1
-    assert "SharedRolloutError: shared rollout:" in run.log
-    assert "on the critic pool's rollout replicas: replica(s) [1] died" in run.log
+    records = [json.loads(line) for line in (out / "updates.jsonl").read_text().splitlines()]
+    assert [r[logged] for r in records if logged in r] == [1]
+    found = re.search(
+        r"SharedRolloutError: shared rollout: generation stopped: the rollout server of replica 1 \(critic pool\) "
+        + said,
+        run.log,
+    )
+    assert found, run.log[-4000:]
+    if fault == "hangs":
+        assert int(found["held"]) >= 1 and int(found["idle"]) >= HANG_LIMIT_S
     assert [m["step"] for m in run.metrics] == [1]  # step 1 completed and was logged; nothing after
+    assert last_checkpoint(checkpoints) == 1

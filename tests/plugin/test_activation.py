@@ -84,7 +84,9 @@ _LEGACY_WORKERS = {
 }
 #: Shared rollout on RayPPOTrainer (0.8+; off unless asked for: the wrappers then call verl straight).
 _SHARED_ROLLOUT_V0 = {_RAY_TRAINER + "init_workers", _RAY_TRAINER + "_validate"} | {
-    "verl.workers.rollout.llm_server:LLMServerManager.get_client"
+    "verl.workers.rollout.llm_server:LLMServerManager.get_client",
+    # the trainer's wait for generation, watched for a rollout server that dies or hangs
+    "verl.experimental.agent_loop.agent_loop:AgentLoopManager.generate_sequences",
 }
 #: Exactly the functions and methods VERL_SPLIT=1 replaces, per verl release family (the review asked
 #: for the exact set: a seam that patches too much or silently nothing shows here).
@@ -94,6 +96,7 @@ PATCHED: dict[str, set[str]] = {
     "0.9": _EVERY_FAMILY
     | _SHARED_ROLLOUT_V0
     | {"verl.trainer.main_ppo_v0:BaseTaskRunner.init_resource_pool_mgr"}
+    | {"verl.trainer.ppo.v1.replay_buffer:ReplayBuffer.sample"}  # v1's wait for generation, watched (shared rollout)
     | {
         _V1_TRAINER + m
         for m in ("_compute_old_log_prob", "_compute_ref_log_prob", "_compute_values", "_init_resource_pool_mgr")

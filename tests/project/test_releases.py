@@ -78,6 +78,10 @@ def test_ci_runs_every_tested_release():
     assert not full_legs & checked, "a release with a full leg needs no short check"
     grpo = set(makefile_value("RELEASE_GRPO").split())
     assert grpo and grpo <= checked, f"RELEASE_GRPO {grpo} names releases RELEASE_CHECKS does not check"
+    # Shared rollout on RayPPOTrainer's oldest release (0.8), a GAE run (it needs a critic pool).
+    shared = set(makefile_value("RELEASE_SHARED").split())
+    assert shared and shared <= checked - grpo, f"RELEASE_SHARED {shared}: GAE runs RELEASE_CHECKS checks"
+    assert all(compat.SHARED_ROLLOUT_V0.contains(r) for r in shared)
     makefile = (ROOT / "Makefile").read_text()
     test_target = makefile[makefile.index("\ntest:") :].split("\n\n")[0]
     assert "test-oldest" in test_target and "test-releases" in test_target

@@ -115,32 +115,58 @@ EXAMPLE_TIMEOUT_S = 900
 CHECKPOINTED_STEPS = 4
 SAVED_STEP = 2
 
-#: Rollout on both pools with late joins: slower generation (the test plugin's ``SLOW_GENERATE_SLEEP`` per
-#: request, 8 requests a step) and a critic update that outlasts the actor's, runs on into the next step's
-#: generation (the deferral) and holds the critic pool back until it ends (late_join.py); not after a checkpoint,
-#: whose save joins the update.
+#: Rollout on both pools with late joins, every decision forced so that nothing depends on the machine's load
+#: (the test plugin, tests/support/plugins/slow_updates.py): the critic's update of steps 1 and 3 ends only once
+#: the next step's generation has begun, so it runs on past the weight sync (the deferral) and holds the critic
+#: pool back (late_join.py); the critic pool then joins without asking the rate model
+#: (``VERL_SPLIT_LATE_JOIN=always``; the rule itself: tests/runtime/shared_rollout/test_shared_rollout_late_join.py);
+#: and the actor pool's server waits, after its first request of a step, until the critic pool's has begun one,
+#: so the critic pool certainly finds requests still queued. Steps 2 and 4 are joined late; steps 1 and 3 the
+#: critic pool generates from the start (step 3 follows the checkpoint, whose save joined step 2's update).
+#: Each request takes ``SLOW_GENERATE_SLEEP`` longer and logs itself (8 requests a step).
 GENERATE_SLEEP_S = 0.25
-CRITIC_SLEEP_S = 1.0
 LATE_JOIN = {
     "VERL_SPLIT_SHARED_ROLLOUT": "1",
+    "VERL_SPLIT_LATE_JOIN": "always",
     "SLOW_GENERATE_SLEEP": str(GENERATE_SLEEP_S),
-    "SLOW_UPDATES_SLEEP_CRITIC": str(CRITIC_SLEEP_S),
+    "SLOW_CRITIC_HOLD_STEPS": "1,3",
+    "SLOW_GENERATE_AWAIT": "1",
 }
 
 
 def checkpointed_overrides(
-    tiny_assets: TinyAssets, out: Path, trainer: str | None, checkpoints: Path, resume: bool
+    tiny_assets: TinyAssets,
+    out: Path,
+    trainer: str | None,
+    checkpoints: Path,
+    resume: bool,
+    steps: int = CHECKPOINTED_STEPS,
+    saved: int = SAVED_STEP,
 ) -> list[str]:
-    """The dry run's GAE job on 2 logical GPUs for ``CHECKPOINTED_STEPS`` steps, saving after step ``SAVED_STEP``
-    into ``checkpoints``; ``resume``: from the latest checkpoint there (verl's ``resume_mode=auto``)."""
+    """The dry run's GAE job on 2 logical GPUs for ``steps`` steps, saving every ``saved`` steps into
+    ``checkpoints``; ``resume``: from the latest checkpoint there (verl's ``resume_mode=auto``)."""
     kept = [
         o
-        for o in dry_run_overrides(tiny_assets, CHECKPOINTED_STEPS, "gae", trainer, out, n_gpus_per_node=2)
+        for o in dry_run_overrides(tiny_assets, steps, "gae", trainer, out, n_gpus_per_node=2)
         if not o.startswith(("trainer.save_freq=", "trainer.default_local_dir=", "trainer.resume_mode="))
     ]
     return [
         *kept,
-        f"trainer.save_freq={SAVED_STEP}",
+        f"trainer.save_freq={saved}",
         f"trainer.default_local_dir={checkpoints}",
         f"trainer.resume_mode={'auto' if resume else 'disable'}",
     ]
+
+
+def last_checkpoint(checkpoints: Path) -> int:
+    """The step verl's own marker names as the latest checkpoint, after checking that its folder holds every role's
+    model shards and that they load (``torch.load``): the checkpoint a resume would start from is intact."""
+    import torch
+
+    step = int((checkpoints / "latest_checkpointed_iteration.txt").read_text().strip())
+    for role in ("actor", "critic"):
+        shards = sorted((checkpoints / f"global_step_{step}" / role).glob("model_world_size_*_rank_*.pt"))
+        assert shards, f"no {role} model shard in {checkpoints / f'global_step_{step}'}"
+        for shard in shards:
+            assert torch.load(shard, weights_only=False), shard
+    return step

@@ -17,6 +17,12 @@ PREFIX = "VERL_SPLIT"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
+#: ``VERL_SPLIT_ROLLOUT_WATCHDOG_S``'s default: generous, half an hour. A vLLM server ends requests every few
+#: seconds while it holds many; the longest wait is the last long response of a step alone on its server.
+ROLLOUT_WATCHDOG_S = 1800.0
+#: ``VERL_SPLIT_LATE_JOIN``'s value that joins without the rate model.
+ALWAYS = "always"
+
 #: name -> (default, one-line meaning). docs/configuration.md's table lists these.
 VARIABLES: dict[str, tuple[str, str]] = {
     "VERL_SPLIT": ("off", "Switch verl-split on (1/true/yes/on) in every process of the run."),
@@ -38,8 +44,15 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "VERL_SPLIT_LATE_JOIN": (
         "auto",
         "With shared rollout and defer_critic: when the critic's update runs on past the weight sync, the critic "
-        "pool joins generation once it ends (on), or sits that generation out (off); auto: on in the CPU dry run, "
-        "off on GPUs, where the join's push beside a generating vLLM has not run yet.",
+        "pool joins generation once it ends, if the rate model says it pays (on), or sits that generation out "
+        "(off); auto: on in the CPU dry run, off on GPUs, where the join's push beside a generating vLLM has not "
+        "run yet; always: on, and it joins without asking the rate model (tests and measurements: a join that "
+        "does not pay lengthens the step).",
+    ),
+    "VERL_SPLIT_ROLLOUT_WATCHDOG_S": (
+        f"{ROLLOUT_WATCHDOG_S:g}",
+        "With shared rollout: a rollout server that holds requests and ends none of them for this many seconds is "
+        "taken as hung, and the run stops naming its replica (SharedRolloutError); 0: no limit.",
     ),
     "VERL_SPLIT_CPU": ("off", "CPU dry run: CPU platform, gloo and a Hugging Face rollout, no GPU needed."),
     "VERL_SPLIT_TRACE": ("", "Write a Chrome-trace timeline of the updates per pool to this file."),
@@ -103,8 +116,13 @@ class Settings:
     #: Rollout replicas on the critic pool too (``VERL_SPLIT_SHARED_ROLLOUT``); the config's
     #: ``split_placement.shared_rollout`` wins over it (``placement.shared_rollout_from_config``).
     shared_rollout: bool = False
-    #: ``VERL_SPLIT_LATE_JOIN``: True on, False off, None auto (``shared_rollout.coordinator.late_join_on``).
+    #: ``VERL_SPLIT_LATE_JOIN``: True on (and always), False off, None auto (``coordinator.late_join_on``).
     late_join: bool | None = None
+    #: ``VERL_SPLIT_LATE_JOIN=always``: the critic pool joins without asking the rate model (``both_pools.py``).
+    late_join_always: bool = False
+    #: ``VERL_SPLIT_ROLLOUT_WATCHDOG_S``: seconds a rollout server may hold requests without ending one; 0: no
+    #: limit (``shared_rollout.watchdog``).
+    rollout_watchdog_s: float = ROLLOUT_WATCHDOG_S
 
     @property
     def overlap(self) -> bool:
@@ -159,8 +177,40 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         cpu=cpu,
         trace_path=(env.get("VERL_SPLIT_TRACE") or "").strip(),
         shared_rollout=parse_switch("VERL_SPLIT_SHARED_ROLLOUT", env.get("VERL_SPLIT_SHARED_ROLLOUT"), False),
-        late_join=parse_auto_switch("VERL_SPLIT_LATE_JOIN", env.get("VERL_SPLIT_LATE_JOIN")),
+        late_join=parse_late_join(env.get("VERL_SPLIT_LATE_JOIN")),
+        late_join_always=(env.get("VERL_SPLIT_LATE_JOIN") or "").strip().lower() == ALWAYS,
+        rollout_watchdog_s=parse_seconds("VERL_SPLIT_ROLLOUT_WATCHDOG_S", env.get("VERL_SPLIT_ROLLOUT_WATCHDOG_S")),
     )
+
+
+def parse_late_join(raw: str | None) -> bool | None:
+    """``VERL_SPLIT_LATE_JOIN``: on/off, ``auto`` (or unset): None, ``always``: on (without the rate model)."""
+    if raw is not None and raw.strip().lower() == ALWAYS:
+        return True
+    try:
+        return parse_auto_switch("VERL_SPLIT_LATE_JOIN", raw)
+    except SettingsError:
+        raise SettingsError(
+            f"VERL_SPLIT_LATE_JOIN={raw!r} is not an accepted value. Use auto (or leave it unset: on in the CPU dry "
+            f"run, off on GPUs), on ({', '.join(_TRUE)}), off ({', '.join(v for v in _FALSE if v)}), or {ALWAYS} "
+            "(on, without asking the rate model)."
+        ) from None
+
+
+def parse_seconds(name: str, raw: str | None, default: float = ROLLOUT_WATCHDOG_S) -> float:
+    """A number of seconds, 0 or more (0: no limit); unset or empty: ``default``."""
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):  # also NaN
+        raise SettingsError(
+            f"{name}={raw!r} is not a number of seconds. Give one, 0 or more (0: no limit), e.g. {name}=600; "
+            f"or leave it unset ({default:g})."
+        )
+    return value
 
 
 def parse_auto_switch(name: str, raw: str | None) -> bool | None:

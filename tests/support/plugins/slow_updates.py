@@ -20,10 +20,20 @@ Environment (``PHASE`` is ``UPDATES`` or ``PREP``):
   ``SLOW_{PHASE}_SLEEP_CRITIC`` / ``_ACTOR``: the same for one role, in place of ``SLOW_{PHASE}_SLEEP``.
 - ``SLOW_{PHASE}_FAIL``: ``critic`` or ``actor``: raise inside that role's call of that phase.
 - ``SLOW_{PHASE}_KILL``: ``critic`` or ``actor``: kill that worker's process in that call.
-- ``SLOW_ROLLOUT_KILL``: ``<replica rank>@<step>``: with shared rollout, kill that replica's CPU
-  rollout server right after the trainer pushed it the weights of that step.
 - ``SLOW_GENERATE_SLEEP``: seconds each request takes longer on the CPU rollout's servers, so that
-  generation lasts long enough for a critic pool to join it late (``late_join.py``).
+  generation lasts long enough for a critic pool to join it late (``late_join.py``); each request then logs a
+  ``generate`` record (replica, the step of its weights, start). The knobs below read those records, and need it.
+- ``SLOW_CRITIC_HOLD_STEPS``: ``1,3``: the critic's update of those steps ends only once the next step's
+  generation has begun (a ``generate`` record with that step's weights), so it certainly runs on past the
+  weight sync (the deferral) whatever the machine's load; at most ``HOLD_LIMIT_S``, then it fails the run.
+- ``SLOW_GENERATE_AWAIT``: ``1`` or ``1@2,4``: in every step's generation (or those steps'), each other replica's
+  server, after its first request, waits until replica 1 has begun one: a critic pool that joins late certainly
+  finds requests still queued, and one there from the start certainly gets some (at most ``HOLD_LIMIT_S``, then
+  it goes on and the test sees why).
+- ``SLOW_ROLLOUT_DIE``: ``<replica rank>@<step>``: that replica's server process exits at its second request of
+  that step's generation (the first done, so the step's routing reached it), its other requests lost with it.
+- ``SLOW_ROLLOUT_HANG``: ``<replica rank>@<step>``: that replica's server never ends its first request of that
+  step's generation (and, one request at a time, none after it).
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ import wrapt
 # The actor's own calls run its TrainingWorker's train_mini_batch / infer_batch inside the
 # same process: those inner calls belong to the actor, not to the critic.
 _inside_actor = threading.local()
+#: The longest a held critic update or a server awaiting another replica waits for what it waits for.
+HOLD_LIMIT_S = 300.0
 
 
 def _log(record: dict) -> None:
@@ -46,6 +58,51 @@ def _log(record: dict) -> None:
     if path:
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+def _generated() -> list[dict]:
+    """The ``generate`` records logged so far (every server's, every step's)."""
+    path = os.environ.get("SLOW_UPDATES_LOG")
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        records = [json.loads(line) for line in f if '"generate"' in line]
+    return [r for r in records if r.get("phase") == "generate"]
+
+
+def _wait_for(what: str, found) -> bool:
+    """Poll the log until ``found(records)``; False after ``HOLD_LIMIT_S``."""
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not found(_generated()):
+        if time.monotonic() > deadline:
+            _log({"phase": "hold", "gave_up": what, "at": time.time()})
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _steps(name: str) -> set[int]:
+    return {int(step) for step in os.environ.get(name, "").split(",") if step.strip()}
+
+
+class _Every:
+    """Every step."""
+
+    def __contains__(self, step: int) -> bool:
+        return True
+
+
+def _replica_at_steps(name: str) -> tuple[int, object] | None:
+    """``<replica>`` (every step) or ``<replica>@<step>[,<step>...]``."""
+    knob = os.environ.get(name)
+    if not knob:
+        return None
+    rank, _, steps = knob.partition("@")
+    return int(rank), ({int(s) for s in steps.split(",")} if steps else _Every())
+
+
+def _applies(knob: tuple[int, object] | None, rank: int, step: int) -> bool:
+    return knob is not None and knob[0] == rank and step in knob[1]
 
 
 def _placement_group() -> str | None:
@@ -85,11 +142,18 @@ def _instrument(phase, role, original):
             os._exit(1)
         if os.environ.get(f"{knob}_FAIL") == role:
             raise RuntimeError(f"injected failure in the {role}'s {original.__name__}")
+        # The step of this call: the weights its step generated with, plus one (the critic updates after generating).
+        step = max((r["weights"] for r in _generated()), default=-1) + 1
         _inside_actor.active = role == "actor"
         try:
             return original(self, *args, **kwargs)
         finally:
             _inside_actor.active = False
+            held = phase == "update" and role == "critic" and step in _steps("SLOW_CRITIC_HOLD_STEPS")
+            if held and not _wait_for(
+                f"step {step + 1}'s generation", lambda rs: any(r["weights"] >= step for r in rs)
+            ):
+                raise RuntimeError(f"SLOW_CRITIC_HOLD_STEPS: step {step + 1}'s generation never began")
             _log({**base, "end": time.time()})
 
     return call
@@ -115,37 +179,9 @@ def _patch_legacy(module):
     critic.compute_values = _instrument("prep", "critic", critic.compute_values)
 
 
-# Shared rollout (tests/e2e/test_shared_rollout_e2e.py): SLOW_ROLLOUT_KILL=<replica rank>@<step> kills
-# that replica's rollout server right after the trainer pushed it the weights of that step, so the
-# next step's generation meets a dead server, as after a crash between two steps. Done in the
-# trainer: where verl loads this plugin while the server's own module is half-imported, that
-# module cannot be patched yet.
-@wrapt.when_imported("verl_split.runtime.shared_rollout.both_pools")
-def _patch_shared_rollout(module):
-    knob = os.environ.get("SLOW_ROLLOUT_KILL")
-    # Only the trainer's process: in the balancer's, verl loads this plugin while the module is half-imported.
-    if not knob or not hasattr(module, "BothPoolsCheckpointManager"):
-        return
-    rank, step = (int(part) for part in knob.split("@"))
-    original = module.BothPoolsCheckpointManager.update_weights
-
-    def update_weights(self, global_steps=None):
-        result = original(self, global_steps)
-        if global_steps == step:
-            import ray
-
-            from verl_split.runtime.cpu.rollout import server_name
-
-            ray.kill(ray.get_actor(server_name(rank)))
-            _log({"phase": "rollout", "killed": server_name(rank), "after_push_of_step": step, "at": time.time()})
-        return result
-
-    module.BothPoolsCheckpointManager.update_weights = update_weights
-
-
 # SLOW_GENERATE_SLEEP: the servers are launched by the trainer-side replica (verl_split/runtime/cpu/rollout.py,
 # ray.remote(CPUGenerationServer)); giving it a subclass there reaches every server, while patching the server's
-# own module in its process would meet it half-imported (as above).
+# own module in its process would meet it half-imported (verl loads this plugin while that module imports).
 @wrapt.when_imported("verl_split.runtime.cpu.rollout")
 def _slow_generation(module):
     delay = float(os.environ.get("SLOW_GENERATE_SLEEP", "0"))
@@ -153,12 +189,30 @@ def _slow_generation(module):
         return
     base = module.CPUGenerationServer
 
+    awaited = _replica_at_steps("SLOW_GENERATE_AWAIT")
+    dies, hangs = _replica_at_steps("SLOW_ROLLOUT_DIE"), _replica_at_steps("SLOW_ROLLOUT_HANG")
+
     class SlowGenerationServer(base):
         def _generate(self, *args, **kwargs):
+            rank, weights = self.replica_rank, self.global_steps
+            step = weights + 1  # the step whose generation this is
             with self._lock:  # one request at a time, as the generation itself: the delays add up
                 start = time.time()
                 time.sleep(delay)
-            _log({"phase": "generate", "replica": self.replica_rank, "weights": self.global_steps, "start": start})
+                # Under the lock, so two requests of one server never both take themselves for its first.
+                first = not any(r["replica"] == rank and r["weights"] == weights for r in _generated())
+                if _applies(dies, rank, step) and not first:
+                    _log({"phase": "rollout", "died": rank, "step": step, "at": time.time()})
+                    os._exit(1)
+                if _applies(hangs, rank, step):  # it holds the lock: nothing after it on this server ends either
+                    _log({"phase": "rollout", "hangs": rank, "step": step, "at": time.time()})
+                    threading.Event().wait()
+                _log({"phase": "generate", "replica": rank, "weights": weights, "start": start})
+            if awaited is not None and rank != awaited[0] and step in awaited[1] and not first:
+                _wait_for(
+                    f"replica {awaited[0]} generating in step {step}",
+                    lambda rs: any(r["replica"] == awaited[0] and r["weights"] == weights for r in rs),
+                )
             return super()._generate(*args, **kwargs)
 
     module.CPUGenerationServer = SlowGenerationServer

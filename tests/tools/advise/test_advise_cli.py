@@ -42,7 +42,7 @@ def test_stock_and_split_runs_fit_and_recommend_a_split(tmp_path, capsys):
     assert plain[0] == "halves"  # the fastest split with the updates and prep overlaps
     # With the critic's update deferred, more GPUs go to the actor side: it hides behind the next generation.
     assert "recommended: split_placement.placement=5:3 with defer_critic in VERL_SPLIT_OVERLAP" in out
-    assert "VERL_SPLIT_PLACEMENT='5:3' VERL_SPLIT_OVERLAP=updates,prep,defer_critic" in out
+    assert "VERL_SPLIT_PLACEMENT=5:3 VERL_SPLIT_OVERLAP=updates,prep,defer_critic python" in out
 
 
 def test_json_shape(tmp_path, capsys):

@@ -117,7 +117,9 @@ def test_a_critic_heavy_job_recommends_both(tmp_path, capsys):
     flat = " ".join(out.split())
     assert f"{best.name} " in out and "+shared+defer: both switches on" in flat
     assert "with split_placement.shared_rollout=true and defer_critic in VERL_SPLIT_OVERLAP" in flat
-    assert "VERL_SPLIT_SHARED_ROLLOUT=1 VERL_SPLIT_OVERLAP=updates,prep,defer_critic" in flat
+    switches = "VERL_SPLIT_OVERLAP=updates,prep,defer_critic VERL_SPLIT_SHARED_ROLLOUT=1 VERL_SPLIT_LATE_JOIN=on"
+    assert f"{switches} python" in flat
+    assert "VERL_SPLIT_LATE_JOIN=on: the critic pool joins generation when its update ends" in flat
     assert "deferral, shared rollout or both: both, because" in flat
     assert main(["advise", *args, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -2,7 +2,7 @@
 
 Every request of a step goes through one balancer actor (verl's ``GlobalRequestLoadBalancer``: sticky
 sessions, least in-flight requests first). verl-split starts it again with both pools' servers in it
-(``coordinator.py``), as this subclass, which adds two things:
+(``coordinator.py``), as this subclass, which adds three things:
 
 * **Counting**: requests routed per server since the last ``take_step`` (``split/critic_pool_rollout_share``),
   and the step's timing as the balancer saw it (first request, last release, when the critic pool opened).
@@ -13,6 +13,9 @@ sessions, least in-flight requests first). verl-split starts it again with both 
   next ones, each going to the least loaded open server with room. So the requests a late critic pool
   takes are the ones still queued when it opens, and none is ever routed to weights of another step.
   Without gating (every server open, no cap) routing is verl's own, request for request.
+* **Parking the dead**: a server the generation watchdog found dead or hung (``watchdog.py``) is routed nothing
+  more, in any step (``park_dead``); and the watchdog asks which servers hold requests and have ended none for
+  its limit (``stalled``).
 
 The acquire waits, so the actor runs as a Ray async actor (``acquire_server`` / ``release_server`` are
 coroutines; verl's clients await the first and send the second without waiting,
@@ -61,6 +64,12 @@ class SharedRolloutBalancer(VerlBalancer):
         self._first_acquire: float | None = None
         self._last_release: float | None = None
         self._opened_after: float | None = None
+        #: Servers the generation watchdog found dead or hung (``watchdog.py``): never routed to again, whatever
+        #: the gate says.
+        self._dead: set[str] = set()
+        #: Per server, when it last ended a request, or took one while it held none: how long it has held its
+        #: requests without ending any (``stalled``).
+        self._progress: dict[str, float] = {}
 
     # -- what the trainer's side sets, once per step ------------------------------------------------
     def gate(self, parked: list[str], caps: dict[str, int]) -> None:
@@ -84,6 +93,20 @@ class SharedRolloutBalancer(VerlBalancer):
         """Every server open, no cap: verl's own routing again (the queue drains at once)."""
         self._parked, self._caps = set(), {}
         self._hand_out()
+
+    def park_dead(self, servers: list[str]) -> None:
+        """Route nothing more to ``servers`` (found dead or hung), in every step from now on."""
+        self._dead |= set(servers)
+
+    def stalled(self, limit_s: float) -> dict[str, dict[str, float]]:
+        """The servers that hold requests and have ended none for more than ``limit_s`` seconds: for each, the
+        requests it holds and the seconds since it last ended one (or took its first)."""
+        now = time.monotonic()
+        return {
+            sid: {"in_flight": n, "idle_s": now - self._progress[sid]}
+            for sid, n in self._inflight_requests.items()
+            if n > 0 and sid in self._progress and now - self._progress[sid] > limit_s
+        }
 
     def progress(self) -> dict[str, Any]:
         """The step so far, for the late join's decision (``late_join.join_pays``): requests routed, ended and
@@ -120,7 +143,7 @@ class SharedRolloutBalancer(VerlBalancer):
 
     # -- verl's clients ------------------------------------------------------------------------
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
-        if not self._parked and not self._caps:
+        if not self._parked and not self._caps and not self._dead:
             server_id, handle = super().acquire_server(request_id)
         else:
             started = time.thread_time()
@@ -135,13 +158,15 @@ class SharedRolloutBalancer(VerlBalancer):
             server_id, handle = chosen
         if self._first_acquire is None:
             self._first_acquire = time.monotonic()
+        if self._inflight_requests[server_id] == 1:  # it held none: its time without ending one starts now
+            self._progress[server_id] = time.monotonic()
         self._routed[server_id] += 1
         return server_id, handle
 
     async def release_server(self, server_id: str, **extra: Any) -> None:
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
         VerlBalancer.release_server(self, server_id)
-        self._last_release = time.monotonic()
+        self._last_release = self._progress[server_id] = time.monotonic()
         self._released += 1
         if self._waiting:
             self._hand_out(at_most=1)  # a release frees one slot: looking further would only scan for nothing
@@ -174,7 +199,7 @@ class SharedRolloutBalancer(VerlBalancer):
         others wait already, so only a sticky request may pass them)."""
         sticky = self._request_id_to_server.get(request_id)
         # A conversation's next turn stays on its server even past the cap (its prefix is cached there).
-        if sticky in self._inflight_requests and sticky not in self._parked:
+        if sticky in self._inflight_requests and sticky not in self._parked and sticky not in self._dead:
             self._inflight_requests[sticky] += 1
             return sticky, self._servers[sticky]
         if queued_ahead:
@@ -184,7 +209,7 @@ class SharedRolloutBalancer(VerlBalancer):
         # One pass over the servers: the least loaded among those open with room (ties broken at random, as verl's).
         least, candidates = None, []
         for sid, inflight in self._inflight_requests.items():
-            if sid in self._parked or inflight >= self._caps.get(sid, inflight + 1):
+            if sid in self._parked or sid in self._dead or inflight >= self._caps.get(sid, inflight + 1):
                 continue
             if least is None or inflight < least:
                 least, candidates = inflight, [sid]

@@ -166,13 +166,17 @@ class BothPoolsCheckpointManager:
         def skip() -> None:  # the caps held requests back for a critic pool that will not come; it stays parked
             ray.get(self._balancer.lift_caps.remote())
 
+        from verl_split.core import settings
+
         result = self.hybrid.update_weights(global_steps)
         self._late = LateJoin(
             critic_update,
             join,
             global_steps,
             ranks_done=lambda: every_rank_done(self._critic_workers()),
-            forecast=forecast,
+            # VERL_SPLIT_LATE_JOIN=always: the rate model is not asked, the critic pool joins whenever its update
+            # ends before generation does (tests and measurements force the decision with it).
+            forecast=None if settings.current().late_join_always else forecast,
             skip=skip,
         )
         self._late.start()

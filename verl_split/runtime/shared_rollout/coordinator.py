@@ -56,6 +56,7 @@ from verl.utils.ray_utils import auto_await
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
 from verl_split.runtime.placement.nodes import announce
+from verl_split.runtime.shared_rollout import watchdog
 from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
 from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager
 
@@ -271,6 +272,7 @@ def wire(trainer: Any, backend: str, started: Started) -> None:
         late_join=late_join_on(get_device_name()) if requests else True,
     )
     shared.sleep_replicas()
+    watchdog.watch(trainer.checkpoint_manager)  # a server that dies or hangs mid-generation stops the run, named
     ranks = [r.replica_rank for r in replicas]
     announce(
         f"shared rollout: {len(replicas)} rollout replica(s) on the critic pool (replica ranks {ranks}, "

@@ -1,5 +1,6 @@
 """Shared rollout's seams: verl 0.9's v1 trainer, and ``RayPPOTrainer`` (0.8, 0.9's ``trainer.use_v1=false``) with
-its ``LLMServerManager.get_client`` (``hooks.py``; what they do, the same for both: ``coordinator.py``)."""
+its ``LLMServerManager.get_client`` (``hooks.py``; what they do, the same for both: ``coordinator.py``); and each
+trainer's wait for generation, watched for a server that dies or hangs (``watchdog.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from verl_split.core import compat
 from verl_split.plugin.seam import Seam, Wrap
 
 _HOOKS = "verl_split.runtime.shared_rollout.hooks:"
+_WATCHDOG = "verl_split.runtime.shared_rollout.watchdog:"
 _V1 = "PPOTrainer."  # verl/trainer/ppo/v1/trainer_base.py
 _LLM = "verl.workers.rollout.llm_server:"
 _REPLICA = "verl.workers.rollout.replica:RolloutReplica"
@@ -102,5 +104,25 @@ SEAMS: tuple[Seam, ...] = (
         # agent loop's workers (verl/trainer/ppo/ray_trainer.py, 0.8.0 and 0.9.1).
         needs=("LLMServerManager.get_client", "LLMServerManager.global_load_balancer"),
         wraps=(Wrap("LLMServerManager.get_client", _HOOKS + "wrap_get_client"),),
+    ),
+    # The trainer's wait for generation, watched on shared-rollout runs (watchdog.py): a rollout server that dies or
+    # hangs stops the run naming its replica. Off unless shared rollout is on: the wrappers then call verl straight.
+    Seam(
+        "shared_rollout_watch_v0",
+        "verl.experimental.agent_loop.agent_loop",
+        "split",
+        "shared_rollout",
+        compat.SHARED_ROLLOUT_V0,
+        needs=("AgentLoopManager.generate_sequences",),
+        wraps=(Wrap("AgentLoopManager.generate_sequences", _WATCHDOG + "wrap_generate_sequences"),),
+    ),
+    Seam(
+        "shared_rollout_watch_v1",
+        "verl.trainer.ppo.v1.replay_buffer",
+        "split",
+        "shared_rollout",
+        compat.SHARED_ROLLOUT_V1,
+        needs=("ReplayBuffer.sample",),
+        wraps=(Wrap("ReplayBuffer.sample", _WATCHDOG + "wrap_sample"),),
     ),
 )

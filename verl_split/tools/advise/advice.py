@@ -129,6 +129,8 @@ class Advice:
                 "shared_rollout": best.shared_rollout,
                 "deferred_critic": best.deferred,
                 "late_join": best.both,
+                "environment": best.environment(),
+                "command": best.command(),
                 "predicted_step_s": best.prediction.step_s,
                 "speedup_vs_stock": best.speedup_vs_stock,
                 "reason": self.reason,

@@ -17,14 +17,24 @@ its ``+shared+defer`` variant: both switches on, the critic pool joining generat
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl_split.core.errors import PlacementError
-from verl_split.placement import CRITIC_POOL, Cluster, ParallelSize, Requirements, plan_placement
+from verl_split.core.settings import OVERLAP_PHASES
+from verl_split.placement import CRITIC_POOL, Cluster, ParallelSize, Plan, Requirements, plan_placement
+from verl_split.placement.memory import with_memory_estimate
 from verl_split.tools.advise.model import OVERLAPS, CostModel, Prediction, predict
 from verl_split.tools.advise.pool_memory import MemoryRule
-from verl_split.tools.advise.variants import BOTH_TAG, DEFER_TAG, SHARED_TAG, DeferralCosts, SharedRolloutCosts
+from verl_split.tools.advise.variants import (
+    BOTH_TAG,
+    DEFER_PHASE,
+    DEFER_TAG,
+    SHARED_TAG,
+    DeferralCosts,
+    SharedRolloutCosts,
+)
 
 STOCK = "all"
 
@@ -70,10 +80,40 @@ class Candidate:
             return f"{self.placement} {DEFER_TAG}"
         return f"{self.placement} {SHARED_TAG}" if self.shared_rollout else self.placement
 
+    def environment(self) -> dict[str, str]:
+        """The ``VERL_SPLIT*`` variables that run what this row predicts, every switch the prediction assumed:
+        ``VERL_SPLIT_OVERLAP`` on every split (its default, ``on``, would defer the critic's update on a row
+        predicted without it); ``VERL_SPLIT_LATE_JOIN=on`` on ``+shared+defer`` (off on GPUs unless asked for:
+        the critic pool would sit out every step whose critic update runs past the sync). Empty: stock verl."""
+        if not self.is_split:
+            return {}
+        overlaps = self.prediction.overlaps
+        phases = [phase for phase in OVERLAP_PHASES if phase in overlaps or (phase == DEFER_PHASE and self.deferred)]
+        env = {
+            "VERL_SPLIT": "1",
+            "VERL_SPLIT_PLACEMENT": self.placement,
+            "VERL_SPLIT_OVERLAP": ",".join(phases) or "off",
+        }
+        if self.shared_rollout:
+            env["VERL_SPLIT_SHARED_ROLLOUT"] = "1"
+        if self.both:
+            env["VERL_SPLIT_LATE_JOIN"] = "on"
+        return env
+
+    def command(self) -> str:
+        """The launch line of this row (``environment``), quoted for a POSIX shell."""
+        env = self.environment()
+        if not env:
+            return "python -m verl.trainer.main_ppo ...  (VERL_SPLIT unset: stock verl)"
+        assignments = " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items())
+        return f"{assignments} python -m verl.trainer.main_ppo ..."
+
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
         return {
             "placement": self.placement,
+            "environment": self.environment(),
+            "command": self.command(),
             "shared_rollout": self.shared_rollout,
             "deferred_critic": self.deferred,
             "layout": "colocated" if p.colocated else "split",
@@ -175,21 +215,24 @@ def rank(
             continue
         # The planner's own shared-rollout check (whole rollout replicas on every node of the critic pool):
         # placements of the same sizes may differ per node.
-        fits = []
+        plans = []
         for name in names:
             try:
-                plan_placement(name, cluster, requirements, shared_rollout=True)
-                fits.append(name)
+                plans.append((name, plan_placement(name, cluster, requirements, shared_rollout=True)))
             except PlacementError as exc:
                 rejected.append((f"{name} {SHARED_TAG}", str(exc)))
+        # And the memory check the launch applies to them (placement/memory.py, as plan_from_config runs it): the
+        # critic pool's GPUs at generation and the push, the actor pool's at the push, its vLLM awake under the late
+        # join.
+        fits = launch_memory_fits(plans, memory, late_join=False, tag=SHARED_TAG, rejected=rejected)
         if fits:
             prediction = predict(model, actor_gpus, critic_gpus, colocated=False, overlaps=overlaps, shared=shared)
             candidates.append(candidate(fits, prediction))
-            if deferral is not None:
-                both = predict(
-                    model, actor_gpus, critic_gpus, False, overlaps=overlaps, shared=shared, deferral=deferral
-                )
-                if both.late is not None:  # else the critic's update is done by the sync: the +shared row's
+        if plans and deferral is not None:
+            both = predict(model, actor_gpus, critic_gpus, False, overlaps=overlaps, shared=shared, deferral=deferral)
+            if both.late is not None:  # else the critic's update is done by the sync: the +shared row's
+                fits = launch_memory_fits(plans, memory, late_join=True, tag=BOTH_TAG, rejected=rejected)
+                if fits:
                     candidates.append(candidate(fits, both))
     if deferral is not None and "critic_update" in model.lanes:
         for key, names in layouts.items():
@@ -203,3 +246,25 @@ def rank(
     # the order above (stock, the simpler names, +shared, +defer).
     candidates.sort(key=lambda c: (not c.ranked, round(c.prediction.step_s, 9), c.shared_rollout + c.deferred))
     return candidates, rejected
+
+
+def launch_memory_fits(
+    plans: list[tuple[str, Plan]], memory: MemoryRule | None, late_join: bool, tag: str, rejected: list[tuple[str, str]]
+) -> list[str]:
+    """The shared-rollout plans whose GPUs pass the launch's memory check (``placement.memory.with_memory_estimate``,
+    which ``plan_from_config`` applies before Ray starts), by placement name; each refused one goes to ``rejected``
+    as ``name tag`` with the launch's own message. ``late_join``: the push comes beside the actor pool's awake vLLM.
+    Without a memory rule, or with the GPU's size unknown, nothing is refused (the launch then reads it from
+    ``nvidia-smi``)."""
+    fits = []
+    for name, plan in plans:
+        if memory is not None:
+            try:
+                with_memory_estimate(
+                    plan, memory.job, memory.gpu_gb, memory.critic_params, memory.actor_params, late_join=late_join
+                )
+            except PlacementError as exc:
+                rejected.append((f"{name} {tag}", str(exc)))
+                continue
+        fits.append(name)
+    return fits

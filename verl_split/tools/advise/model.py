@@ -176,6 +176,8 @@ class Prediction:
     deferred: DeferredCritic | None = None
     #: Set with both (shared rollout and the deferral): the critic pool joins generation late.
     late: LateJoinStep | None = None
+    #: The overlaps the step was predicted with (``VERL_SPLIT_OVERLAP``'s phases; the deferral is ``deferred``).
+    overlaps: frozenset[str] = OVERLAPS
 
     @property
     def actor_busy_s(self) -> float:
@@ -251,7 +253,9 @@ def predict(
         idle = {"global": _idle(actor_busy + critic_busy, step)}
     else:
         idle = {"actor": _idle(actor_busy, step), "critic": _idle(critic_busy, step)}
-    return Prediction(actor_gpus, critic_gpus, colocated, phases, lanes, step, idle, shared, deferred)
+    return Prediction(
+        actor_gpus, critic_gpus, colocated, phases, lanes, step, idle, shared, deferred, overlaps=frozenset(overlaps)
+    )
 
 
 def _late_join(
@@ -292,7 +296,8 @@ def _late_join(
         critic_busy += late.gen_s - late.join_s + late.push_s + late.offload_s
     step = late.step_s
     idle = {"actor": _idle(actor_busy, step), "critic": _idle(critic_busy, step)}
-    return Prediction(actor_gpus, critic_gpus, False, phases, lanes, step, idle, shared, None, late)
+    overlaps = frozenset(overlaps)
+    return Prediction(actor_gpus, critic_gpus, False, phases, lanes, step, idle, shared, None, late, overlaps)
 
 
 def _idle(busy: float, step: float) -> float:

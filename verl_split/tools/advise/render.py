@@ -16,6 +16,11 @@ from verl_split.tools.advise.runs import LANE_MEANING, LANE_POOL, LANES
 from verl_split.tools.advise.variants import BOTH_TAG, DEFER_OVERLAP, DEFER_PHASE, DEFER_TAG, SHARED_TAG
 
 WIDTH = 100
+#: What ``VERL_SPLIT_LATE_JOIN=on`` on a ``+shared+defer`` row's command asks for, said beside it.
+LATE_JOIN_NOTE = (
+    "VERL_SPLIT_LATE_JOIN=on: the critic pool joins generation when its update ends, pushed the weights while the "
+    "actor pool's vLLM generates, which has not run on GPUs (off there unless asked for);"
+)
 
 
 def _pct(share: float) -> str:
@@ -116,8 +121,9 @@ def render_text(advice: Advice) -> str:
         )
     if any(c.both for c in (*advice.candidates, *advice.unranked)):
         out += _wrap(
-            f"{BOTH_TAG}: both switches on: the actor pool generates at once, the critic pool joins when the "
-            "critic's update and the push are done (see assumed: below)",
+            f"{BOTH_TAG}: both switches on, and VERL_SPLIT_LATE_JOIN=on (off on GPUs unless asked for; not run on "
+            "GPUs): the actor pool generates at once, the critic pool joins when the critic's update and the push "
+            "are done (see assumed: below)",
             "  ",
             "    ",
         )
@@ -137,10 +143,11 @@ def render_text(advice: Advice) -> str:
     if best.placement == STOCK:
         out.append("  use it: run without VERL_SPLIT (stock verl)")
     else:
-        env = " VERL_SPLIT_SHARED_ROLLOUT=1" if best.shared_rollout else ""
-        env += f" VERL_SPLIT_OVERLAP={DEFER_OVERLAP}" if best.deferred else ""
+        out += _wrap(f"use it: {best.command()}", "  ", "    ")
+    if best.both:
         out += _wrap(
-            f"use it: VERL_SPLIT=1 VERL_SPLIT_PLACEMENT='{best.placement}'{env} python -m verl.trainer.main_ppo ...",
+            f"{LATE_JOIN_NOTE} the row assumes it: without it the critic pool sits out every step whose critic "
+            "update runs past the weight sync.",
             "  ",
             "    ",
         )
