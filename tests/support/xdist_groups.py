@@ -20,7 +20,13 @@ from pathlib import Path
 
 #: Files whose tests share session-scoped runs (tests/conftest.py: the split-halves, shared-rollout and example runs).
 SHARED_RUN_FILES = frozenset(
-    {"test_split_placement_e2e.py", "test_shared_rollout_e2e.py", "test_checkpoint_e2e.py", "test_examples_e2e.py"}
+    {
+        "test_split_placement_e2e.py",
+        "test_shared_rollout_e2e.py",
+        "test_shared_rollout_v0_e2e.py",
+        "test_checkpoint_e2e.py",
+        "test_examples_e2e.py",
+    }
 )
 
 
