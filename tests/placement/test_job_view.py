@@ -229,17 +229,19 @@ def test_the_split_placement_block_is_read_without_the_rest_of_the_job(monkeypat
         job_from_config(config)
 
 
-#: The modules that read verl's keys: the view's builder and its Megatron block.
-KEY_READERS = {"placement/job_config.py", "placement/megatron_config.py"}
+#: The modules that read verl's keys: the view's builder and its Megatron block (the readers of a type are
+#: ``config_keys``' own, around ``select_key``).
+KEY_READERS = {"placement/job_config.py", "placement/megatron_config.py", "placement/config_keys.py"}
+READER_NAMES = {"select_key", "count_key", "flag_key", "number_key"}
 
 
 def test_verls_keys_are_read_in_one_place():
     readers = set()
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
-        if "select_key" not in text:
+        if not any(name in text for name in READER_NAMES):
             continue
         calls = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)]
-        if any(getattr(call.func, "id", getattr(call.func, "attr", None)) == "select_key" for call in calls):
+        if any(getattr(call.func, "id", getattr(call.func, "attr", None)) in READER_NAMES for call in calls):
             readers.add(path.relative_to(PACKAGE).as_posix())
     assert readers == KEY_READERS

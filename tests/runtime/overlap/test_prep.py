@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
+from omegaconf import OmegaConf
 
 from verl_split.core import log, settings
 from verl_split.core.errors import PrepFailedError, SettingsError
@@ -56,7 +56,7 @@ class FakeTrainer:
         self.use_critic = use_critic
         self.use_reference_policy = use_reference_policy
         self.use_rm = use_rm
-        self.config = SimpleNamespace(algorithm={})
+        self.config = OmegaConf.create({"algorithm": {}})
         self.global_steps = 1
         self.values_saw: list[str] = []
         self.old_log_prob_saw: list[str] = []

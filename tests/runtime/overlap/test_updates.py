@@ -17,6 +17,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from omegaconf import OmegaConf
 
 from verl_split.core import log
 from verl_split.core.errors import UpdateFailedError
@@ -62,7 +63,7 @@ class FakeTrainer:
     """verl v1's step order of the updates; the actor's update is a sleep on the trainer's side."""
 
     def __init__(self, critic_warmup=0, blocking=False, metrics_by_keyword=False):
-        self.config = SimpleNamespace(trainer=SimpleNamespace(critic_warmup=critic_warmup))
+        self.config = OmegaConf.create({"trainer": {"critic_warmup": critic_warmup}})
         self.global_steps = 1
         self.total_training_steps = 1  # every step is the last: the critic's update is joined in it
         self.critic_wg = FakeCriticGroup(self, blocking)
