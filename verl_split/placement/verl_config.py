@@ -140,7 +140,7 @@ def _shared_rollout(split: Split, env_value: bool | None) -> bool:
 def check_shared_rollout_run(config: Job | Any) -> None:
     """What shared rollout needs beyond the placement: a release that has it, the v1 trainer in ``sync`` mode
     (``RayPPOTrainer`` has no modes; a subclass with a loop of its own is refused where it starts, in
-    ``runtime/shared_rollout/ray_trainer.check_ray_trainer``), merged LoRA.
+    ``runtime/shared_rollout/hooks.check_ray_trainer``), merged LoRA.
 
     The placement's own part (a critic pool holding whole replicas) is ``plan_placement``'s.
     """

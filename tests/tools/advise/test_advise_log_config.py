@@ -23,7 +23,7 @@ from support.verl_console import console_log
 from verl_split.core.errors import PlacementError
 from verl_split.placement import Cluster, plan_placement, requirements_from_config
 from verl_split.tools.advise import advise
-from verl_split.tools.advise.job import OVERRIDES, overrides_from_text
+from verl_split.tools.advise.log_job import OVERRIDES, overrides_from_text
 from verl_split.tools.advise.logs import read_log
 from verl_split.tools.advise.runs import read_run
 from verl_split.tools.hydra_config import compose_config

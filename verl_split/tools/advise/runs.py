@@ -37,8 +37,8 @@ from verl_split.core import metric_names as names
 from verl_split.dryrun.report import phase_times, steady_steps
 from verl_split.placement import Cluster
 from verl_split.tools.advise.exports import AdviseError
-from verl_split.tools.advise.job import job_config, model_shape
 from verl_split.tools.advise.layout import CONFIG, RunLayout, run_layout
+from verl_split.tools.advise.log_job import job_config, model_shape
 from verl_split.tools.advise.logs import CSV, PeriodicWork, read_log
 
 __all__ = ["AdviseError", "LANES", "PUSH_S", "SYNC_S", "Run", "Spread", "lane_times", "read_records", "read_run"]
