@@ -66,7 +66,7 @@ def job_requirements(runs: Sequence[Run], has_critic: bool, rollout_tp: int | No
         requirements = Requirements(has_critic, critic_reason, parallel=parallel)
         return JobRequirements(requirements, tp, source, None, "", tuple(notes))
     config = copy.deepcopy(found.job_config)
-    view = job_from_config(config)
+    view = found.job or job_from_config(config)  # the run's view, read as its log was
     logged = _replica(view)
     if rollout_tp is not None:
         # The flag's replica, in the config handed on and in its view alike.
