@@ -68,12 +68,6 @@ GPU_BACKEND = "nccl"
 # ----------------------------------------------------------------------------- the trainer's config
 
 
-def wanted(config: Any) -> bool:
-    from verl_split.placement import shared_rollout_from_config
-
-    return shared_rollout_from_config(config)
-
-
 def configure_weight_transfer(config: Any) -> str:
     """Give the actor's workers an engine that reaches replicas on other GPUs; return its name.
 

@@ -56,10 +56,16 @@ class _Initialising:
 _initialising: list[_Initialising] = []
 
 
-def wrap_setup(wrapped, instance, args, kwargs):
+def _shared_rollout(trainer: Any) -> bool:
+    """Shared rollout asked for by the trainer's job (its ``split_placement`` block) or the environment."""
     from verl_split.placement import shared_rollout_from_config
+    from verl_split.placement.job_config import trainer_job
 
-    if not shared_rollout_from_config(instance.config):
+    return shared_rollout_from_config(trainer_job(trainer))
+
+
+def wrap_setup(wrapped, instance, args, kwargs):
+    if not _shared_rollout(instance):
         return wrapped(*args, **kwargs)
     from verl_split.runtime.shared_rollout import coordinator
 
@@ -70,9 +76,7 @@ def wrap_setup(wrapped, instance, args, kwargs):
 
 
 def wrap_init_workers(wrapped, instance, args, kwargs):
-    from verl_split.placement import shared_rollout_from_config
-
-    if not shared_rollout_from_config(instance.config):
+    if not _shared_rollout(instance):
         return wrapped(*args, **kwargs)
     from verl_split.runtime.shared_rollout import coordinator
 
