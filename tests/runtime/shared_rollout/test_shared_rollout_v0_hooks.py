@@ -174,3 +174,17 @@ def test_the_trackers_source_goes_with_its_trainer(monkeypatch):
     del trainer
     gc.collect()
     assert alive() is None and source() is None  # neither the trainer nor its source kept by the tracker
+
+
+def test_the_wrappers_module_imports_nothing_of_the_feature_at_its_top():
+    """``hooks`` is loaded inside verl's import of ``llm_server`` (seam ``shared_rollout_v0_client``), which the
+    feature's balancer imports: a module-level import of ``both_pools`` there closed a circle (balancer, llm_server,
+    hooks, both_pools, balancer) and ended a shared-rollout run in its TaskRunner."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(hooks.__file__).read_text())
+    top = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    names = [alias.name for node in top if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module or "" for node in top if isinstance(node, ast.ImportFrom)]
+    assert not [name for name in names if name.startswith(("verl_split.runtime", "verl."))], names

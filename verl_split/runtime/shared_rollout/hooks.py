@@ -30,17 +30,21 @@ Both trainers:
 
 Only when shared rollout is on; the run was validated before Ray started (the planner). ``coordinator.py``
 imports verl modules that not every release has (its balancer's module moved in 0.9.1), so it is imported
-only once the config asks for shared rollout: a run with it off never imports them.
+only once the config asks for shared rollout: a run with it off never imports them. Nothing of this feature's
+is imported at this module's top either: it is loaded inside the import of ``llm_server``, which
+``both_pools``' balancer imports in turn.
 """
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_split.core.citations import cite
-from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError
+
+if TYPE_CHECKING:
+    from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError
 
 
 @dataclass(eq=False)  # found by identity: two entries of one trainer are two calls
@@ -150,6 +154,7 @@ def check_ray_trainer(trainer: Any) -> None:
 
     from verl_split.placement.shared import SWITCH_OFF_HINT
     from verl_split.runtime.overlap.trainers import defining_class
+    from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError
 
     owner = defining_class(type(trainer), "fit")
     if owner is not RayPPOTrainer:
@@ -162,6 +167,7 @@ def check_ray_trainer(trainer: Any) -> None:
 
 def never_started(trainer: Any) -> SharedRolloutError:
     from verl_split.placement.shared import SWITCH_OFF_HINT
+    from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError
 
     return SharedRolloutError(
         f"shared rollout: {type(trainer).__name__}.init_workers() never asked its LLMServerManager for a client "
