@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from support.paths import ROOT
 
 from verl_split.core import citations
 from verl_split.core.citations import CITATIONS, Citation
@@ -167,3 +168,11 @@ def test_checker_finds_a_stale_row_of_the_real_table() -> None:
     stale = Citation(row.key, row.library, row.path, row.symbol, row.anchor.replace("== 0", "== 1"))
     found = problem(stale, root)
     assert found is not None and "'mini_batch_split'" in found
+
+
+def test_no_line_number_is_cited() -> None:
+    """A ``file.py:N`` goes stale with the next release and nothing could check it: cite by symbol (or a row)."""
+    line = re.compile(r"[a-z_]+\.py:[0-9]+")
+    places = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "verl_split").rglob("*.py")]
+    found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in places for m in line.finditer(p.read_text())]
+    assert not found, f"line numbers cited (name the symbol instead): {found}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -229,17 +230,49 @@ def test_the_split_placement_block_is_read_without_the_rest_of_the_job(monkeypat
         job_from_config(config)
 
 
-#: The modules that read verl's keys: the view's builder and its Megatron block.
-KEY_READERS = {"placement/job_config.py", "placement/megatron_config.py"}
+#: The modules that read verl's keys: the view's builder and its Megatron block (the readers of a type are
+#: ``config_keys``' own, around ``select_key``).
+KEY_READERS = {"placement/job_config.py", "placement/megatron_config.py", "placement/config_keys.py"}
+READER_NAMES = {"select_key", "count_key", "flag_key", "number_key"}
 
 
 def test_verls_keys_are_read_in_one_place():
     readers = set()
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
-        if "select_key" not in text:
+        if not any(name in text for name in READER_NAMES):
             continue
         calls = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)]
-        if any(getattr(call.func, "id", getattr(call.func, "attr", None)) == "select_key" for call in calls):
+        if any(getattr(call.func, "id", getattr(call.func, "attr", None)) in READER_NAMES for call in calls):
             readers.add(path.relative_to(PACKAGE).as_posix())
     assert readers == KEY_READERS
+
+
+#: verl's sections a hand reading would name (``trainer.config.data...``, ``config.get("global_profiler")``).
+SECTIONS = "actor_rollout_ref|critic|data|trainer|algorithm|reward|global_profiler|transfer_queue|split_placement"
+#: The one block the runtime touches by hand: the rollout's checkpoint engine, which shared rollout rewrites for
+#: verl's workers (its backend) and hands to verl's own manager; no fact of the job is read there.
+REWRITTEN = ".actor_rollout_ref.rollout.checkpoint_engine"
+
+
+def test_no_module_reads_verls_config_by_hand():
+    hand = re.compile(rf"(^|\.)config\.({SECTIONS})\b")
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}  # read whole chains only
+        for node in ast.walk(tree):
+            if id(node) in inner:
+                continue
+            text = ast.unparse(node) if isinstance(node, ast.Attribute | ast.Call) else ""
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                base = ast.unparse(node.func.value)
+                if re.search(r"(^|\.)config$", base) and path.name != "hf_config.py":  # a model's config.json
+                    found.append(f"{path.relative_to(PACKAGE)}: {text}")
+            elif (
+                isinstance(node, ast.Attribute)
+                and hand.search(text)
+                and not text.split("config", 1)[1].startswith(REWRITTEN)
+            ):
+                found.append(f"{path.relative_to(PACKAGE)}: {text}")
+    assert found == []

@@ -113,8 +113,11 @@ def test_ready_timeout_default_and_override():
     assert plan_from_config(base, "").ready_timeout_s == DEFAULT_READY_TIMEOUT_S
     config = {**base, "split_placement": {"ready_timeout_s": 30}}
     assert plan_from_config(config, "").ready_timeout_s == 30.0
-    for bad in (0, -1, "soon", True):
-        with pytest.raises(PlacementError, match="ready_timeout_s must be a number of seconds"):
+    for bad in (0, -1):
+        with pytest.raises(PlacementError, match="ready_timeout_s must be a number of seconds above 0"):
+            ready_timeout_from_config({"split_placement": {"ready_timeout_s": bad}})
+    for bad in ("soon", True):
+        with pytest.raises(PlacementError, match="ready_timeout_s is .*, where a number is needed"):
             ready_timeout_from_config({"split_placement": {"ready_timeout_s": bad}})
 
 

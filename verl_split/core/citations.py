@@ -206,7 +206,7 @@ ROWS: tuple[Citation, ...] = (
         "initialized without dynamic DPxCP groups",
         ">=0.9",
     ),
-    # Shared rollout (runtime/shared_rollout/ray_trainer.py, placement.memory).
+    # Shared rollout (runtime/shared_rollout/hooks.py, placement.memory).
     _verl(
         "trainer_gets_client",
         "verl/trainer/ppo/ray_trainer.py",

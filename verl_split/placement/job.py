@@ -3,10 +3,12 @@ then read by field.
 
 The planner's requirements (``verl_config``), the batch rules (``batch_config``), shared rollout's checks and
 memory estimate (``memory``, ``train_state``), the deferral's capacity check (``deferral_capacity``) and
-``verl-split advise`` read these fields instead of verl's keys. Where a message names the key a value came from,
-the view keeps the key beside the value (a role's FSDP blocks, its Ulysses keys, a mesh's ``prefix``). A value
-that is unset, or not of its type, reads as verl's default, as the planner has always read it; the few kept
-as the config writes them (``object``) are the ones a message quotes back or a check refuses.
+``verl-split advise`` read these fields instead of verl's keys, and so does the runtime (shared rollout's requests
+and servers, the overlap's warm-up and step-aside reasons: ``trainer_job`` keeps a trainer's view). Where a message
+names the key a value came from, the view keeps the key beside the value (a role's FSDP blocks, its Ulysses keys, a
+mesh's ``prefix``). A value that is unset reads as verl's default; one of another type (a quoted ``"8"``, the text
+``"false"``) was refused when the view was read (``config_keys.count_key`` and its kind say why); the few kept as
+the config writes them (``object``) are the ones a message quotes back or a check refuses.
 
 Pure: no verl, no OmegaConf; built per verl family, since which keys a run's workers read depends on it.
 """
@@ -17,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from verl_split.placement.mesh import Mesh, ModelShape
+from verl_split.placement.model import TRAIN_BATCH
 
 #: The training roles, in the order verl's trainer builds them.
 TRAINING_ROLES: tuple[str, ...] = ("actor", "ref", "critic")
@@ -105,6 +108,8 @@ class Rollout:
     n: int | None = None
     gpu_memory_utilization: float | None = None
     max_num_seqs: int | None = None
+    #: ``full_determinism``: verl's balancer routes each request by a hash of its id.
+    full_determinism: bool = False
     log_prob_dynamic_bsz: bool = False
     #: ``checkpoint_engine.update_weights_bucket_megabytes``: the weight push's bucket.
     bucket_mb: float = 2048.0
@@ -126,13 +131,14 @@ class RewardModel:
 
 @dataclass(frozen=True)
 class Trainer:
-    nnodes: object = None  # as written: ``model.Cluster`` refuses what is not a count
-    n_gpus_per_node: object = None
+    nnodes: int | None = None  # ``model.Cluster`` refuses a count below 1
+    n_gpus_per_node: int | None = None
     use_v1: bool = True  # 0.9's ``trainer.use_v1``; false runs ``RayPPOTrainer``
     legacy_worker_impl: str = "auto"  # 0.7's ``use_legacy_worker_impl``
     v1_mode: str = "sync"  # ``trainer.v1.trainer_mode``
     parameter_sync_step: object = 1  # ``trainer.v1.sync.parameter_sync_step``, as written
     profiler_steps: bool = False  # ``global_profiler.steps`` set
+    critic_warmup: int = 0  # ``trainer.critic_warmup``: steps before the actor's first update
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,8 @@ class Algorithm:
     adv_estimator: str = "gae"
     filter_groups: bool = False  # DAPO's ``filter_groups.enable``
     max_inflight_gen_batches: int = 1
+    #: ``rollout_correction.bypass_mode``: the rollout's log-probs stand in for old_log_prob (none computed).
+    rollout_bypass: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,7 @@ class Batch:
     #: key -> the key its value follows (an OmegaConf interpolation; a plain dict has none).
     followers: tuple[tuple[str, str], ...] = ()
     train_batch_set: bool = False  # ``data.train_batch_size`` is set: the batch rules apply
+    gen_batch_size: int | None = None  # ``data.gen_batch_size``: prompts a step generates for, when not the batch
     max_prompt_length: int | None = None
     max_response_length: int | None = None
 
@@ -167,11 +176,12 @@ class TransferQueue:
 
 @dataclass(frozen=True)
 class Split:
-    """The ``split_placement`` block as the config writes it (its readers check it)."""
+    """The ``split_placement`` block: the placement as the config writes it (its parser checks it), the switches
+    read (a value of another type refused as the view was read)."""
 
     block: object = None  # plain lists and dicts, interpolations resolved; None: absent
-    shared_rollout: object = None
-    ready_timeout_s: object = None
+    shared_rollout: bool | None = None  # None: unset (``VERL_SPLIT_SHARED_ROLLOUT`` decides)
+    ready_timeout_s: float | None = None  # above 0; None: unset (the default)
 
 
 @dataclass(frozen=True)
@@ -214,6 +224,13 @@ class Job:
         return tuple(
             r for r in TRAINING_ROLES if (r != "ref" or self.uses_reference) and (r != "critic" or self.needs_critic)
         )
+
+    @property
+    def requests_per_step(self) -> int | None:
+        """A training step's generation requests: its prompts (``data.gen_batch_size``, else ``train_batch_size``)
+        x ``rollout.n`` (unset: 1); None when neither batch size is set."""
+        prompts = self.batch.gen_batch_size or self.batch.get(TRAIN_BATCH)
+        return None if prompts is None else prompts * (self.rollout.n or 1)
 
     def meshes(self, roles: tuple[str, ...]) -> tuple[Mesh, ...]:
         """The Megatron meshes of ``roles``."""

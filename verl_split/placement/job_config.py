@@ -1,7 +1,11 @@
 """Read verl's trainer config (OmegaConf or nested dicts) into the job's view (``placement.job``), once.
 
 The one reader of verl's keys (with ``megatron_config`` for a Megatron role's block): everything after reads
-the view's fields. Which keys a role's Ulysses size comes from, and so the view, depend on the verl family:
+the view's fields, the runtime too (``trainer_job``). A value of another type than its key's is refused here,
+naming the key, the value and the type (``config_keys.count_key``, ``flag_key``, ``number_key``: verl passes it
+on unconverted, so its workers would fail on it after Ray started, or misread it).
+
+Which keys a role's Ulysses size comes from, and so the view, depend on the verl family:
 
 * 0.9 runs its v1 trainer unless ``trainer.use_v1=false`` (``verl/trainer/main_ppo.py``); 0.8 runs
   ``RayPPOTrainer`` on the engine workers; 0.7 its legacy ``fsdp_workers`` / ``megatron_workers`` unless
@@ -22,8 +26,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from verl_split.core import compat
-from verl_split.placement.config_keys import select_key
+from verl_split.core import compat, settings
+from verl_split.core.errors import PlacementError, SettingsError
+from verl_split.placement.config_keys import count_key, flag_key, number_key, select_key
 from verl_split.placement.hf_config import shape_from_config
 from verl_split.placement.job import (
     Algorithm,
@@ -39,7 +44,14 @@ from verl_split.placement.job import (
     TransferQueue,
 )
 from verl_split.placement.megatron_config import MODEL_PREFIX, ROLE_PREFIX, mesh_of, strategy_of
-from verl_split.placement.model import ACTOR_MINI, BATCH_KEYS, BATCH_RULES, CRITIC_MINI, TRAIN_BATCH
+from verl_split.placement.model import (
+    ACTOR_MINI,
+    BATCH_KEYS,
+    BATCH_RULES,
+    CRITIC_MINI,
+    DEFAULT_READY_TIMEOUT_S,
+    TRAIN_BATCH,
+)
 
 #: The families whose rules are known, oldest first.
 FAMILIES: tuple[str, ...] = compat.SUPPORTED_FAMILIES
@@ -54,6 +66,10 @@ ROLLOUT = "actor_rollout_ref.rollout"
 REPLICA_SIZES = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
 MODEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 STORAGE = "transfer_queue.backend.SimpleStorage"
+#: Where ``trainer_job`` keeps a trainer's job: (the config it was read from, the job).
+TRAINER_JOB_ATTR = "_verl_split_job"
+SHARED_ROLLOUT_KEY = "split_placement.shared_rollout"
+READY_TIMEOUT_KEY = "split_placement.ready_timeout_s"
 
 
 def job_from_config(config: Any, family: str | None = None) -> Job:
@@ -62,13 +78,14 @@ def job_from_config(config: Any, family: str | None = None) -> Job:
     asked = family or installed_family() or FAMILIES[-1]
     known = _known_family(asked)
     trainer = Trainer(
-        nnodes=select_key(config, "trainer.nnodes"),
-        n_gpus_per_node=select_key(config, "trainer.n_gpus_per_node"),
-        use_v1=select_key(config, "trainer.use_v1", True) is not False,
+        nnodes=count_key(config, "trainer.nnodes"),
+        n_gpus_per_node=count_key(config, "trainer.n_gpus_per_node"),
+        use_v1=flag_key(config, "trainer.use_v1", True),
         legacy_worker_impl=str(select_key(config, "trainer.use_legacy_worker_impl", "auto")),
         v1_mode=str(select_key(config, "trainer.v1.trainer_mode", "sync")),
         parameter_sync_step=select_key(config, "trainer.v1.sync.parameter_sync_step", 1),
         profiler_steps=bool(select_key(config, "global_profiler.steps")),
+        critic_warmup=count_key(config, "trainer.critic_warmup") or 0,
     )
     rules = _rules(known, trainer)
     models = {"actor": _model(config, "actor", False), "critic": _model(config, "critic", True)}
@@ -87,8 +104,8 @@ def job_from_config(config: Any, family: str | None = None) -> Job:
         batch=_batch(config),
         transfer_queue=_transfer_queue(config),
         split=split_from_config(config),
-        uses_reference=bool(select_key(config, "algorithm.use_kl_in_reward", False))
-        or bool(select_key(config, "actor_rollout_ref.actor.use_kl_loss", False)),
+        uses_reference=flag_key(config, "algorithm.use_kl_in_reward")
+        or flag_key(config, "actor_rollout_ref.actor.use_kl_loss"),
     )
 
 
@@ -109,6 +126,17 @@ def as_job(config: Any, family: str | None = None) -> Job:
     return job_from_config(config, family)
 
 
+def trainer_job(trainer: Any) -> Job:
+    """The job of a verl trainer's ``config``, read on the first call and kept on the trainer for the later ones
+    (the runtime asks it once a step): read again only if the trainer's config object is another."""
+    kept = getattr(trainer, TRAINER_JOB_ATTR, None)
+    if kept is not None and kept[0] is trainer.config:
+        return kept[1]
+    job = job_from_config(trainer.config)
+    setattr(trainer, TRAINER_JOB_ATTR, (trainer.config, job))
+    return job
+
+
 def is_trainer_config(config: Any) -> bool:
     """A PPO trainer's config: it has verl's ``actor_rollout_ref`` and ``trainer`` sections."""
     return select_key(config, "actor_rollout_ref") is not None and select_key(config, "trainer") is not None
@@ -121,9 +149,37 @@ def split_from_config(config: Any) -> Split:
     block = select_key(config, "split_placement")
     return Split(
         block=None if block is None else _plain(block),
-        shared_rollout=select_key(config, "split_placement.shared_rollout"),
-        ready_timeout_s=select_key(config, "split_placement.ready_timeout_s"),
+        shared_rollout=_shared_rollout(select_key(config, "split_placement.shared_rollout")),
+        ready_timeout_s=_ready_timeout(config),
     )
+
+
+def _shared_rollout(value: Any) -> bool | None:
+    """``split_placement.shared_rollout``: None unset; true or false, in the spellings its variable
+    ``VERL_SPLIT_SHARED_ROLLOUT`` takes too (hydra reads ``=1`` as a number and ``=yes`` as text)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | str):
+        try:
+            return settings.parse_switch(SHARED_ROLLOUT_KEY, str(value), False)
+        except SettingsError:
+            pass
+    raise PlacementError(
+        f"{SHARED_ROLLOUT_KEY} must be true or false, got {value!r}. Set "
+        f"+{SHARED_ROLLOUT_KEY}=true to put rollout replicas on the critic pool too, or false (or leave it out) "
+        "to generate on the actor's pool only."
+    )
+
+
+def _ready_timeout(config: Any) -> float | None:
+    """``split_placement.ready_timeout_s``: seconds above 0; None unset."""
+    seconds = number_key(config, READY_TIMEOUT_KEY)
+    if seconds is not None and seconds <= 0:
+        raise PlacementError(
+            f"{READY_TIMEOUT_KEY} must be a number of seconds above 0, got {seconds:g}. "
+            f"Leave it out for the default ({DEFAULT_READY_TIMEOUT_S:g}s)."
+        )
+    return seconds
 
 
 def installed_family() -> str | None:
@@ -163,8 +219,8 @@ def _model(config: Any, role: str, value_head: bool) -> Model:
         prefix=prefix,
         path=path if isinstance(path, str) else None,
         shape=shape_from_config(select_key(config, f"{prefix}.hf_config_path") or path, value_head=value_head),
-        lora_rank=max(_count(config, f"{prefix}.lora_rank") or 0, _count(config, f"{prefix}.lora.rank") or 0),
-        lora_merge=bool(select_key(config, f"{prefix}.lora.merge", False)),
+        lora_rank=max(count_key(config, f"{prefix}.lora_rank") or 0, count_key(config, f"{prefix}.lora.rank") or 0),
+        lora_merge=flag_key(config, f"{prefix}.lora.merge"),
     )
 
 
@@ -181,9 +237,9 @@ def _role(config: Any, role: str, rules: str, model: Model) -> Role:
         mesh=mesh,
         megatron_size=_product(config, f"{prefix}.megatron", MODEL_SIZES) if strategy == "megatron" else 1,
         fsdp_blocks=tuple(_fsdp(config, f"{prefix}.{block}") for block in FSDP_BLOCKS[role]),
-        ulysses=tuple((key, _count(config, key)) for key in ulysses_keys(role, rules)),
-        ulysses_role_key=_count(config, f"{prefix}.ulysses_sequence_parallel_size"),
-        dynamic_bsz=bool(select_key(config, dynamic, False)) if dynamic else False,
+        ulysses=tuple((key, count_key(config, key)) for key in ulysses_keys(role, rules)),
+        ulysses_role_key=count_key(config, f"{prefix}.ulysses_sequence_parallel_size"),
+        dynamic_bsz=flag_key(config, dynamic) if dynamic else False,
     )
 
 
@@ -191,65 +247,68 @@ def _fsdp(config: Any, block: str) -> FsdpBlock:
     return FsdpBlock(
         key=block,
         present=select_key(config, block) is not None,
-        size=_count(config, f"{block}.fsdp_size"),
+        size=count_key(config, f"{block}.fsdp_size"),
         model_dtype=str(select_key(config, f"{block}.model_dtype", "fp32")),
-        param_offload=bool(select_key(config, f"{block}.param_offload", False)),
-        optimizer_offload=bool(select_key(config, f"{block}.optimizer_offload", False)),
+        param_offload=flag_key(config, f"{block}.param_offload"),
+        optimizer_offload=flag_key(config, f"{block}.optimizer_offload"),
     )
 
 
 def _rollout(config: Any) -> Rollout:
-    bucket = _number(config, f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes")
+    bucket = number_key(config, f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes")
     return Rollout(
         name=_text(config, f"{ROLLOUT}.name"),
         mode=_text(config, f"{ROLLOUT}.mode"),
-        tp=_count(config, f"{ROLLOUT}.tensor_model_parallel_size"),
-        dp=_count(config, f"{ROLLOUT}.data_parallel_size"),
-        pp=_count(config, f"{ROLLOUT}.pipeline_model_parallel_size"),
-        n=_count(config, f"{ROLLOUT}.n"),
-        gpu_memory_utilization=_number(config, f"{ROLLOUT}.gpu_memory_utilization"),
-        max_num_seqs=_count(config, f"{ROLLOUT}.max_num_seqs"),
-        log_prob_dynamic_bsz=bool(select_key(config, f"{ROLLOUT}.log_prob_use_dynamic_bsz", False)),
+        tp=count_key(config, f"{ROLLOUT}.tensor_model_parallel_size"),
+        dp=count_key(config, f"{ROLLOUT}.data_parallel_size"),
+        pp=count_key(config, f"{ROLLOUT}.pipeline_model_parallel_size"),
+        n=count_key(config, f"{ROLLOUT}.n"),
+        gpu_memory_utilization=number_key(config, f"{ROLLOUT}.gpu_memory_utilization"),
+        max_num_seqs=count_key(config, f"{ROLLOUT}.max_num_seqs"),
+        full_determinism=flag_key(config, f"{ROLLOUT}.full_determinism"),
+        log_prob_dynamic_bsz=flag_key(config, f"{ROLLOUT}.log_prob_use_dynamic_bsz"),
         bucket_mb=2048.0 if bucket is None else bucket,
-        hybrid=select_key(config, "actor_rollout_ref.hybrid_engine", True) is not False,
+        hybrid=flag_key(config, "actor_rollout_ref.hybrid_engine", True),
     )
 
 
 def _reward_model(config: Any) -> RewardModel:
     rm = "reward.reward_model"
     return RewardModel(
-        enabled=bool(select_key(config, f"{rm}.enable", False)),
-        own_pool=bool(select_key(config, f"{rm}.enable_resource_pool", False)),
+        enabled=flag_key(config, f"{rm}.enable"),
+        own_pool=flag_key(config, f"{rm}.enable_resource_pool"),
         replica=_product(config, f"{rm}.rollout", REPLICA_SIZES),
     )
 
 
 def _algorithm(config: Any) -> Algorithm:
-    enable = select_key(config, "critic.enable")
-    inflight = _count(config, "algorithm.filter_groups.max_inflight_gen_batches")
+    enable = None if select_key(config, "critic.enable") is None else flag_key(config, "critic.enable")
+    inflight = count_key(config, "algorithm.filter_groups.max_inflight_gen_batches")
     return Algorithm(
-        critic_enable=None if enable is None else bool(enable),
+        critic_enable=enable,
         adv_estimator=str(select_key(config, "algorithm.adv_estimator", "gae")),
-        filter_groups=bool(select_key(config, "algorithm.filter_groups.enable", False)),
+        filter_groups=flag_key(config, "algorithm.filter_groups.enable"),
+        rollout_bypass=flag_key(config, "algorithm.rollout_correction.bypass_mode"),
         max_inflight_gen_batches=inflight if inflight is not None and inflight > 0 else 1,
     )
 
 
 def _batch(config: Any) -> Batch:
     return Batch(
-        values=tuple((key, _count(config, key)) for key in BATCH_KEYS),
+        values=tuple((key, count_key(config, key)) for key in BATCH_KEYS),
         followers=_followers(config),
         train_batch_set=select_key(config, TRAIN_BATCH) is not None,
-        max_prompt_length=_count(config, "data.max_prompt_length"),
-        max_response_length=_count(config, "data.max_response_length"),
+        gen_batch_size=count_key(config, "data.gen_batch_size"),
+        max_prompt_length=count_key(config, "data.max_prompt_length"),
+        max_response_length=count_key(config, "data.max_response_length"),
     )
 
 
 def _transfer_queue(config: Any) -> TransferQueue:
-    units = _count(config, f"{STORAGE}.num_data_storage_units")
+    units = count_key(config, f"{STORAGE}.num_data_storage_units")
     return TransferQueue(
         backend=str(select_key(config, "transfer_queue.backend.storage_backend", "SimpleStorage")),
-        capacity=_count(config, f"{STORAGE}.total_storage_size"),
+        capacity=count_key(config, f"{STORAGE}.total_storage_size"),
         units=units if units is not None and units > 0 else 1,
     )
 
@@ -285,7 +344,7 @@ def _product(config: Any, block: str, keys: tuple[str, ...]) -> int:
     """The product of ``block``'s sizes ``keys``, unset sizes 1."""
     total = 1
     for key in keys:
-        size = _count(config, f"{block}.{key}")
+        size = count_key(config, f"{block}.{key}")
         total *= 1 if size is None else size
     return total
 
@@ -294,14 +353,3 @@ def _text(config: Any, key: str) -> str | None:
     """A setting's text; None unset, or left mandatory (``???``: what a plain dict of an OmegaConf config keeps)."""
     value = select_key(config, key)
     return None if value is None or value == "???" else str(value)
-
-
-def _count(config: Any, key: str) -> int | None:
-    """A whole number (not a bool), else None."""
-    value = select_key(config, key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _number(config: Any, key: str) -> float | None:
-    value = select_key(config, key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_split.placement.config_keys import select_key
+from verl_split.placement.config_keys import count_key, flag_key, select_key
 from verl_split.placement.mesh import MESH_KEYS, Mesh, ModelShape
 
 #: Where each role's training keys live, and its model.
@@ -41,53 +41,43 @@ def mesh_of(config: Any, role: str, shape: ModelShape) -> Mesh | None:
     block = f"{ROLE_PREFIX[role]}.megatron"
     sizes: dict[str, Any] = {}
     for attr, key in MESH_KEYS:
-        value = select_key(config, f"{block}.{key}")
+        value = count_key(config, f"{block}.{key}")
         if value is None and role == "ref":  # verl's config: the reference's sizes follow the actor's (oc.select)
-            value = select_key(config, f"{ROLE_PREFIX['actor']}.megatron.{key}")
+            value = count_key(config, f"{ROLE_PREFIX['actor']}.megatron.{key}")
         optional = attr in ("etp", "vpp")
-        sizes[attr] = _int(value) if _int(value) is not None else (None if optional else 1)
-    overrides = select_key(config, f"{block}.override_transformer_config", {}) or {}
-    ddp = select_key(config, f"{block}.override_ddp_config", {}) or {}
+        sizes[attr] = value if value is not None else (None if optional else 1)
+    overrides = f"{block}.override_transformer_config"
     model = MODEL_PREFIX[role]
     return Mesh(
         role=role,
         prefix=block,
-        dynamic_cp=bool(select_key(config, f"{block}.dynamic_context_parallel", False)),
+        dynamic_cp=flag_key(config, f"{block}.dynamic_context_parallel"),
         max_seqlen_per_dp_cp_rank=select_key(config, f"{block}.max_seqlen_per_dp_cp_rank"),
-        remove_padding=bool(select_key(config, f"{model}.use_remove_padding", True)),
-        micro_group=_int(_get(overrides, "microbatch_group_size_per_vp_stage")),
-        custom_layer_split=any(_get(overrides, key) not in (None, False) for key in CUSTOM_SPLIT_KEYS),
-        param_offload=bool(select_key(config, f"{block}.param_offload", False)),
-        optimizer_offload=bool(select_key(config, f"{block}.optimizer_offload", False)),
-        distributed_optimizer=bool(select_key(config, f"{block}.use_distributed_optimizer", True)),
-        grad_bytes=_grad_bytes(config, role, ddp),
+        remove_padding=flag_key(config, f"{model}.use_remove_padding", True),
+        micro_group=count_key(config, f"{overrides}.microbatch_group_size_per_vp_stage"),
+        custom_layer_split=any(
+            select_key(config, f"{overrides}.{key}") not in (None, False) for key in CUSTOM_SPLIT_KEYS
+        ),
+        param_offload=flag_key(config, f"{block}.param_offload"),
+        optimizer_offload=flag_key(config, f"{block}.optimizer_offload"),
+        distributed_optimizer=flag_key(config, f"{block}.use_distributed_optimizer", True),
+        grad_bytes=_grad_bytes(config, role),
         shape=shape,
         **sizes,
     )
 
 
-def _grad_bytes(config: Any, role: str, ddp: Any) -> int:
+def _grad_bytes(config: Any, role: str) -> int:
     """The DDP grad buffer's dtype: fp32 unless the precision-aware optimizer keeps lower-precision main grads.
 
     verl sets ``grad_reduce_in_fp32`` so (``MegatronEngine._resolve_override_ddp_config`` in ``transformer_impl.py``);
     an explicit ``override_ddp_config.grad_reduce_in_fp32`` wins.
     """
-    explicit = _get(ddp, "grad_reduce_in_fp32")
-    if explicit is not None:
-        return 4 if explicit else 2
+    explicit = f"{ROLE_PREFIX[role]}.megatron.override_ddp_config.grad_reduce_in_fp32"
+    if select_key(config, explicit) is not None:
+        return 4 if flag_key(config, explicit) else 2
     optim = f"{ROLE_PREFIX[role]}.optim"
-    low = bool(select_key(config, f"{optim}.use_precision_aware_optimizer", False)) and str(
+    low = flag_key(config, f"{optim}.use_precision_aware_optimizer") and str(
         select_key(config, f"{optim}.main_grads_dtype", "fp32")
     ).lower() not in ("fp32", "float32")
     return 2 if low else 4
-
-
-def _get(block: Any, key: str) -> Any:
-    try:
-        return block.get(key)
-    except AttributeError:
-        return None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

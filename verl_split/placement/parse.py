@@ -98,9 +98,7 @@ def _parse_structured(items: Sequence[Any], source: str) -> Placement:
                 f"got {raw_roles!r}."
             )
         raw_gpus = item["gpus"]
-        if isinstance(raw_gpus, bool):
-            raw_gpus = None
-        if isinstance(raw_gpus, int):
+        if isinstance(raw_gpus, int) and not isinstance(raw_gpus, bool):
             gpus_text = str(raw_gpus)
         elif isinstance(raw_gpus, str):
             gpus_text = raw_gpus

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from verl_split.core.errors import PlacementError, SettingsError
+from verl_split.core.errors import PlacementError
 from verl_split.placement import megatron, memory
 from verl_split.placement.batch_config import batch_of, ulysses_note
 from verl_split.placement.job import Job, Split
@@ -111,15 +111,10 @@ def cluster_from_config(config: Job | Any) -> Cluster:
 
 
 def ready_timeout_from_config(config: Job | Any) -> float:
-    """``split_placement.ready_timeout_s``: seconds to wait for the pools' placement groups."""
+    """``split_placement.ready_timeout_s``: seconds to wait for the pools' placement groups (checked as the block
+    was read: a number above 0)."""
     value = split_from_config(config).ready_timeout_s
-    value = DEFAULT_READY_TIMEOUT_S if value is None else value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise PlacementError(
-            f"split_placement.ready_timeout_s must be a number of seconds above 0, got {value!r}. "
-            f"Leave it out for the default ({DEFAULT_READY_TIMEOUT_S:g}s)."
-        )
-    return float(value)
+    return DEFAULT_READY_TIMEOUT_S if value is None else value
 
 
 def shared_rollout_from_config(config: Job | Any, env_value: bool | None = None) -> bool:
@@ -133,34 +128,19 @@ def shared_rollout_from_config(config: Job | Any, env_value: bool | None = None)
 
 
 def _shared_rollout(split: Split, env_value: bool | None) -> bool:
-    value = split.shared_rollout
-    if value is None:
-        if env_value is None:
-            from verl_split.core import settings
-
-            env_value = settings.current().shared_rollout
-        return env_value
-    if isinstance(value, bool):
-        return value
-    # Hydra reads `=1` as an int and `=yes` as a string: take the spellings the variable takes.
-    if isinstance(value, (int, str)):
+    if split.shared_rollout is not None:
+        return split.shared_rollout  # read as true or false with the block (job_config.split_from_config)
+    if env_value is None:
         from verl_split.core import settings
 
-        try:
-            return settings.parse_switch("split_placement.shared_rollout", str(value), False)
-        except SettingsError:
-            pass
-    raise PlacementError(
-        f"split_placement.shared_rollout must be true or false, got {value!r}. Set "
-        "+split_placement.shared_rollout=true to put rollout replicas on the critic pool too, or false (or leave "
-        "it out) to generate on the actor's pool only."
-    )
+        env_value = settings.current().shared_rollout
+    return env_value
 
 
 def check_shared_rollout_run(config: Job | Any) -> None:
     """What shared rollout needs beyond the placement: a release that has it, the v1 trainer in ``sync`` mode
     (``RayPPOTrainer`` has no modes; a subclass with a loop of its own is refused where it starts, in
-    ``runtime/shared_rollout/ray_trainer.check_ray_trainer``), merged LoRA.
+    ``runtime/shared_rollout/hooks.check_ray_trainer``), merged LoRA.
 
     The placement's own part (a critic pool holding whole replicas) is ``plan_placement``'s.
     """

@@ -143,7 +143,7 @@ def _report_in_ray_worker() -> dict[str, Any]:
     """The report from a worker of the running Ray cluster, joined as is, or of a one-CPU local Ray.
 
     ``ray.init()`` joins the cluster of ``RAY_ADDRESS`` or of this node's last ``ray start``, and
-    then refuses ``num_cpus`` and the like (``ray/_private/worker.py:1936`` in Ray 2.60: "When
+    then refuses ``num_cpus`` and the like (``init`` in ``ray/_private/worker.py``, Ray 2.60: "When
     connecting to an existing cluster, num_cpus and num_gpus must not be provided"). So the address
     is looked up first, the way ``ray.init`` does (``services.canonicalize_bootstrap_address``), and a
     running cluster is joined without asking it for any resource; only without one a local Ray with
@@ -165,7 +165,8 @@ def _report_in_ray_worker() -> dict[str, Any]:
             address = None
         if address:
             # No address argument: ray.init finds the same one, and turns Ray's token auth on for a cluster it
-            # found on this node (ray/_private/worker.py:1972-1976 in 2.60), as it would for verl's own run.
+            # found on this node (init's ``maybe_enable_token_auth_if_token_available`` in Ray 2.60's
+            # ray/_private/worker.py), as it would for verl's own run.
             ray.init(runtime_env=runtime_env, log_to_driver=False)
             where = f"the running Ray cluster at {address}, joined without asking it for resources"
         else:

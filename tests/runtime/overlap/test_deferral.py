@@ -20,6 +20,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from omegaconf import OmegaConf
 from test_updates import FakeRef
 
 from verl_split.core import log
@@ -67,11 +68,6 @@ class FakeTracking:
         self.threads.append(threading.current_thread())
 
 
-class FakeConfig(SimpleNamespace):
-    def get(self, key, default=None):
-        return getattr(self, key, default)
-
-
 class FakeBatch:
     def __init__(self, step):
         self.keys = [f"s{step}_{i}" for i in range(4)]
@@ -83,7 +79,7 @@ class FakeTrainer:
     """verl v1's step order; every call records when it ran and which critic update it saw."""
 
     def __init__(self, steps=3, critic_warmup=0, save_freq=0):
-        self.config = FakeConfig(trainer=SimpleNamespace(critic_warmup=critic_warmup), global_profiler=None)
+        self.config = OmegaConf.create({"trainer": {"critic_warmup": critic_warmup}, "global_profiler": None})
         self.global_steps = 0
         self.total_training_steps = steps
         self.save_freq = save_freq

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
+from omegaconf import OmegaConf
 
 from verl_split.core import log, settings
 from verl_split.core.errors import PrepFailedError, SettingsError
@@ -56,7 +56,7 @@ class FakeTrainer:
         self.use_critic = use_critic
         self.use_reference_policy = use_reference_policy
         self.use_rm = use_rm
-        self.config = SimpleNamespace(algorithm={})
+        self.config = OmegaConf.create({"algorithm": {}})
         self.global_steps = 1
         self.values_saw: list[str] = []
         self.old_log_prob_saw: list[str] = []
@@ -144,12 +144,10 @@ def shared(a, b):
 def test_values_run_beside_old_log_prob_and_ref(patched):
     patched()
     trainer = FakeTrainer()
-    started = time.monotonic()
     batch = trainer.fit()
-    wall = time.monotonic() - started
     assert sorted(batch.batch) == ["old_log_probs", "ref_log_prob", "responses", "values"]
+    # The intervals show the calls ran at once; no bound on the wall time, which a loaded machine stretches.
     assert shared(trainer.calls["values"], trainer.calls["old_log_prob"]) > 0.8 * WORK_S
-    assert wall < 2.5 * WORK_S  # sequential would be 3 x WORK_S
     metrics = lanes.take_metrics(trainer)
     assert metrics["split/prep_overlapped"] == 1.0
     assert metrics["split/prep_actor_s"] >= 2 * WORK_S
@@ -223,12 +221,10 @@ def test_a_values_failure_names_the_critic_pool_and_surfaces_before_ref(patched)
     patched()
     trainer = FakeTrainer()
     trainer.fail = "values"
-    started = time.monotonic()
     with pytest.raises(PrepFailedError, match=r"the critic's values failed on resource pool 'critic_pool' \(step 1\)"):
         trainer.fit()
     # Raised at ref's entry, the first seam after values failed: ref never ran.
     assert "ref" not in trainer.calls
-    assert time.monotonic() - started < 2 * WORK_S + 0.2
     assert not hasattr(trainer, prep.STEP_ATTR)
 
 
@@ -316,15 +312,12 @@ def test_old_log_prob_and_ref_run_beside_a_colocated_reward_model(patched, caplo
     patched()
     trainer = FakeTrainer(use_rm=True)
     with caplog.at_level(logging.INFO, logger="verl_split.prep"):
-        started = time.monotonic()
         batch = trainer.fit()
-        wall = time.monotonic() - started
     assert sorted(batch.batch) == ["old_log_probs", "ref_log_prob", "responses", "rm_scores", "values"]
     assert shared(trainer.calls["reward"], trainer.calls["old_log_prob"]) > 0.8 * WORK_S
     assert shared(trainer.calls["values"], trainer.calls["ref"]) > 0.5 * WORK_S
     assert trainer.calls["values"][0] >= trainer.calls["reward"][1]  # never two phases on the critic's pool
     assert trainer.old_log_prob_saw == ["responses"]  # its snapshot, taken before the reward was merged
-    assert wall < 4 * WORK_S  # REMAX's baseline reward + max(reward + values, old_log_prob + ref)
     assert "beside the reward model on critic_pool" in caplog.text
     metrics = lanes.take_metrics(trainer)
     assert metrics["split/prep_overlapped"] == 1.0

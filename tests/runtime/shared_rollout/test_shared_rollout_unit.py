@@ -251,3 +251,38 @@ def test_a_replica_whose_handle_cannot_send_is_dead_and_no_servers_means_no_wait
         replicas, 1.0, wait=lambda refs, **_: (list(refs), []), get=lambda *a, **k: None
     ) == [0]
     assert both_pools.dead_replicas([], wait=lambda *a, **k: pytest.fail("no probe, no wait")) == []
+
+
+# --------------------------------------------------------------------------- what the coordinator reads of the job
+
+
+@pytest.mark.parametrize(
+    ("keys", "requests", "concurrency"),
+    [
+        ({"data": {"train_batch_size": 8}, "actor_rollout_ref": {"rollout": {"n": 4}}}, 32, None),
+        ({"data": {"train_batch_size": 8, "gen_batch_size": 12}}, 12, None),  # rollout.n unset: 1
+        ({"data": {"train_batch_size": 8}, "actor_rollout_ref": {"rollout": {"max_num_seqs": 64}}}, 8, 64),
+        ({"data": {"train_batch_size": 8}, "actor_rollout_ref": {"rollout": {"full_determinism": True}}}, 0, None),
+        ({"data": {"train_batch_size": 8}, "actor_rollout_ref": {"rollout": {"name": "cpu_hf"}}}, 8, 1),
+    ],
+    ids=["prompts-x-n", "gen-batch", "max-num-seqs", "full-determinism", "cpu-rollout"],
+)
+def test_the_coordinator_reads_requests_and_servers_from_the_trainers_job(keys, requests, concurrency):
+    from verl_split.placement.job_config import trainer_job
+    from verl_split.runtime.cpu.rollout import ROLLOUT_NAME
+    from verl_split.runtime.shared_rollout import coordinator
+
+    assert ROLLOUT_NAME == "cpu_hf"  # verl-split's CPU rollout: one generate at a time
+    trainer = SimpleNamespace(config=keys)
+    job = trainer_job(trainer)
+    assert trainer_job(trainer) is job  # read once per trainer
+    assert coordinator.late_join_requests(job) == requests
+    assert coordinator.server_concurrency(job) == concurrency
+
+
+def test_a_quoted_request_count_never_reaches_the_coordinator():
+    from verl_split.core.errors import PlacementError
+    from verl_split.placement.job_config import trainer_job
+
+    with pytest.raises(PlacementError, match=r"actor_rollout_ref\.rollout\.n is '4' \(text\)"):
+        trainer_job(SimpleNamespace(config={"actor_rollout_ref": {"rollout": {"n": "4"}}}))

@@ -23,9 +23,9 @@ from support.verl_console import console_log
 from verl_split.core.errors import PlacementError
 from verl_split.placement import Cluster, plan_placement, requirements_from_config
 from verl_split.tools.advise import advise
-from verl_split.tools.advise.job import OVERRIDES, overrides_from_text
+from verl_split.tools.advise.log_job import OVERRIDES, overrides_from_text
 from verl_split.tools.advise.logs import read_log
-from verl_split.tools.advise.runs import read_run
+from verl_split.tools.advise.runs import AdviseError, read_run
 from verl_split.tools.hydra_config import compose_config
 
 pytestmark = pytest.mark.unit
@@ -207,3 +207,12 @@ def test_the_real_logs_echoed_command_gives_the_same_job_without_its_config(tmp_
     assert run.job_source == OVERRIDES and run.cluster == Cluster(1, 4)
     advice = advise([path], Cluster(2, 8))
     assert advice.job.rollout_gpus == 4 and "6:2" in dict(advice.rejected)
+
+
+def test_a_quoted_size_in_the_logs_command_is_refused_naming_the_log(tmp_path):
+    steps = [stock_step(NEAR_LINEAR, 8, 1.0) for _ in range(4)]
+    path = tmp_path / "run.log"
+    command = "+ python3 -m verl.trainer.main_ppo 'actor_rollout_ref.rollout.tensor_model_parallel_size=\"4\"'\n"
+    path.write_text(command + console_log("0.9", steps, None))
+    with pytest.raises(AdviseError, match=r"run\.log: the overrides echoed .*tensor_model_parallel_size is '4' \(text"):
+        read_run(path, Cluster(2, 8))

@@ -7,7 +7,7 @@ A feature that completes a step's record later registers a *holder* (``register_
 critic update (``runtime/overlap/deferral.py``) holds a step's record until its critic's metrics come.
 A feature whose metrics verl's trainer has no place for registers a *source* (``register_source``): what it
 returns is added to the record before any holder sees it (shared rollout on ``RayPPOTrainer``, which has no
-``_pending_sync_metrics`` as the v1 trainer has).
+``_pending_sync_metrics`` as the v1 trainer has), and unregisters it (``unregister_source``) when its trainer is gone.
 """
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ def register_source(source: Source) -> None:
     """Let ``source`` add metrics to each record before it is logged or held; once per source."""
     if source not in _sources:
         _sources.append(source)
+
+
+def unregister_source(source: Source) -> None:
+    """Stop asking ``source`` (a source tied to one trainer, once that trainer is gone); unknown: nothing."""
+    if source in _sources:
+        _sources.remove(source)
 
 
 def wrap_tracking_log(wrapped, instance, args, kwargs):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_split.core import metric_names as names
+from verl_split.placement.job_config import trainer_job
 from verl_split.plugin.args import get_argument
 
 
@@ -43,7 +44,7 @@ class TrainerAdapter:
 
     def actor_updates_this_step(self, trainer: Any) -> bool:
         # The very condition both verl trainers use before calling _update_actor.
-        return trainer.config.trainer.critic_warmup <= trainer.global_steps
+        return trainer_job(trainer).trainer.critic_warmup <= trainer.global_steps
 
     def pools(self, trainer: Any) -> tuple[str | None, str | None]:
         """(actor pool, critic pool) names from the trainer's resource pool mapping."""
@@ -91,8 +92,7 @@ class TrainerAdapter:
             if owner is not self.trainer_class:
                 who = f"{owner.__name__} overrides" if owner else f"{type(trainer).__name__} has no"
                 return f"{who} {method}(), where the deferred update is joined"
-        profiler = trainer.config.get("global_profiler", None)
-        if profiler is not None and profiler.get("steps", None):
+        if trainer_job(trainer).trainer.profiler_steps:
             # fit's profiling calls every worker group at the end of a profiled step: the critic's
             # stop_profile would queue behind its own update (Ray runs an actor's calls in order).
             return "verl's profiler (global_profiler.steps) calls the critic's workers at the end of each step"
@@ -239,8 +239,7 @@ class V0Prep(V0Adapter):
         owner = defining_class(type(trainer), "_compute_reward_colocate")
         if owner is not self.trainer_class:
             return f"{owner.__name__} overrides _compute_reward_colocate()"
-        corr = trainer.config.algorithm.get("rollout_correction", None)
-        if corr and corr.get("bypass_mode", False):
+        if trainer_job(trainer).algorithm.rollout_bypass:
             return "verl's bypass mode (algorithm.rollout_correction.bypass_mode) computes no old_log_prob"
         pool = self.reward_pool(trainer)
         if pool is None or pool == actor_pool:

@@ -47,6 +47,7 @@ except ImportError:  # verl 0.7.0 keeps it in verl/trainer/ppo/ray_trainer.py (0
 
 from verl_split.core import compat
 from verl_split.placement import DEFAULT_READY_TIMEOUT_S, Plan, plan_from_config
+from verl_split.placement.job_config import trainer_job
 from verl_split.runtime.placement import nodes
 
 logger = logging.getLogger("verl_split")
@@ -188,6 +189,6 @@ def install_plan_on_trainer(trainer: Any) -> None:
     For trainers that build their ``resource_pool_manager`` themselves before creating any
     pool: verl 0.9's v1 ``PPOTrainer`` and the 0.7/0.8 ``RayPPOTrainer``.
     """
-    plan = plan_from_config(trainer.config)
+    plan = plan_from_config(trainer_job(trainer))  # the trainer's job, read once for every later reader here
     trainer.resource_pool_manager = split_pool_manager(plan, trainer.resource_pool_manager)
     nodes.announce_plan(plan)

@@ -55,6 +55,8 @@ from verl.utils.ray_utils import auto_await
 # only when shared rollout is on (hooks.py); the preflight declares these names (seams.py).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
+from verl_split.placement import Job
+from verl_split.placement.job_config import trainer_job
 from verl_split.runtime.placement.nodes import announce
 from verl_split.runtime.shared_rollout import watchdog
 from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
@@ -65,12 +67,6 @@ GPU_BACKEND = "nccl"
 
 
 # ----------------------------------------------------------------------------- the trainer's config
-
-
-def wanted(config: Any) -> bool:
-    from verl_split.placement import shared_rollout_from_config
-
-    return shared_rollout_from_config(config)
 
 
 def configure_weight_transfer(config: Any) -> str:
@@ -99,16 +95,15 @@ def configure_weight_transfer(config: Any) -> str:
 # ----------------------------------------------------------------------------- routing
 
 
-def _route_to_all(manager: Any, replicas: list[Any]) -> Any | None:
+def _route_to_all(manager: Any, replicas: list[Any], job: Job) -> Any | None:
     """Put ``replicas``' servers beside the hybrid ones; return the counting balancer, if ours."""
     added = {r.server_address: r.server_handle for r in replicas}
-    rollout = manager.rollout_config
     if uses_verls_balancer(manager):
         servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True)) | added
         # max_cache_size left to the class's default, DEFAULT_ROUTING_CACHE_SIZE (router.py on 0.9.1,
         # llm_server.py on 0.9.0 and 0.8.0): the value verl passes. full_determinism only when set: 0.8.0's
         # balancer takes no such argument (its __init__, llm_server.py) and its rollout config has no such key.
-        determinism = {"full_determinism": True} if getattr(rollout, "full_determinism", False) else {}
+        determinism = {"full_determinism": True} if job.rollout.full_determinism else {}
         balancer = (
             ray.remote(SharedRolloutBalancer)
             .options(max_concurrency=MAX_CONCURRENCY)
@@ -155,7 +150,7 @@ async def _launch(manager: Any, pools: list[Any], first_rank: int, gpus_per_node
     return replicas
 
 
-def late_join_requests(config: Any) -> int:
+def late_join_requests(job: Job) -> int:
     """A step's requests (prompts x ``rollout.n``), which the late join's caps divide; 0: no late join.
 
     Under verl's ``full_determinism`` the balancer routes each request by a hash of its id, so that the same
@@ -163,12 +158,10 @@ def late_join_requests(config: Any) -> int:
     requests back for a critic pool that joins late would break that, so there the critic pool joins at the
     weight sync, after the critic's update, as without the deferral.
     """
-    rollout = config.actor_rollout_ref.rollout
-    if bool(getattr(rollout, "full_determinism", False)):
+    if job.rollout.full_determinism:
         announce("shared rollout: full_determinism routes by request id; the critic pool joins at the weight sync")
         return 0
-    prompts = config.data.get("gen_batch_size", None) or config.data.train_batch_size
-    return int(prompts) * int(rollout.n)
+    return job.requests_per_step or 0
 
 
 def late_join_on(device: str) -> bool:
@@ -192,16 +185,14 @@ def late_join_on(device: str) -> bool:
     return on
 
 
-def server_concurrency(config: Any) -> int | None:
+def server_concurrency(job: Job) -> int | None:
     """Requests one rollout server runs at once: 1 for verl-split's CPU rollout (one ``generate`` at a time),
     else the engine's ``max_num_seqs`` when set (vLLM and SGLang read that key; verl's rollout config)."""
     from verl_split.runtime.cpu.rollout import ROLLOUT_NAME as CPU_ROLLOUT
 
-    rollout = config.actor_rollout_ref.rollout
-    if str(rollout.name) == CPU_ROLLOUT:
+    if job.rollout.name == CPU_ROLLOUT:
         return 1
-    value = rollout.get("max_num_seqs", None)
-    return int(value) if value else None
+    return job.rollout.max_num_seqs or None
 
 
 def attach(trainer: Any, backend: str) -> None:
@@ -238,7 +229,7 @@ def start(trainer: Any) -> Started:
     replica_gpus = hybrid[0].world_size  # verl's own count: tensor x data x pipeline parallel
     began = time.perf_counter()
     replicas = _launch(manager, split_resource_pool(critic_pool, replica_gpus), len(hybrid), critic_pool.store[0])
-    balancer = _route_to_all(manager, replicas)
+    balancer = _route_to_all(manager, replicas, trainer_job(trainer))
     return Started(replicas, balancer, len(hybrid), replica_gpus, time.perf_counter() - began)
 
 
@@ -261,14 +252,15 @@ def wire(trainer: Any, backend: str, started: Started) -> None:
         ray.get(weight_transfer.mailbox_ready())
     # By position: 0.9 names the worker group actor_wg, 0.8 trainer (checkpoint_engine/base.py __init__).
     shared = CheckpointEngineManager(engine_config, trainer.actor_rollout_wg, replicas)
-    requests = late_join_requests(trainer.config) if balancer is not None else 0
+    job = trainer_job(trainer)
+    requests = late_join_requests(job) if balancer is not None else 0
     trainer.checkpoint_manager = BothPoolsCheckpointManager(
         trainer,
         trainer.checkpoint_manager,
         shared,
         balancer,
         requests_per_step=requests,
-        server_concurrency=server_concurrency(trainer.config),
+        server_concurrency=server_concurrency(job),
         late_join=late_join_on(get_device_name()) if requests else True,
     )
     shared.sleep_replicas()

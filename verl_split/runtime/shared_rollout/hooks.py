@@ -8,7 +8,8 @@ verl 0.9's v1 trainer (``trainer.use_v1=true``, ``trainer_mode=sync``), ``traine
   critic pool's replicas start and join them (``coordinator.attach``).
 
 ``RayPPOTrainer`` (0.8, 0.9 with ``trainer.use_v1=false``, verl's neo branch), ``trainer/ppo/ray_trainer.py``
-(what its path adds to the coordinator: ``ray_trainer.py`` beside this module):
+(what its path adds to the coordinator is below the wrappers: the refusal of a loop of its own, the sync of the
+actor pool's replicas in-process, the metrics to verl's tracker):
 
 * ``wrap_init_workers`` -- ``RayPPOTrainer.init_workers``: the same choice of engine before it; after it
   (verl's ``CheckpointEngineManager`` exists and ``fit`` has not pushed the first weights yet), the
@@ -29,22 +30,46 @@ Both trainers:
 
 Only when shared rollout is on; the run was validated before Ray started (the planner). ``coordinator.py``
 imports verl modules that not every release has (its balancer's module moved in 0.9.1), so it is imported
-only once the config asks for shared rollout: a run with it off never imports them.
+only once the config asks for shared rollout: a run with it off never imports them. Nothing of this feature's
+is imported at this module's top either: it is loaded inside the import of ``llm_server``, which
+``both_pools``' balancer imports in turn.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-#: RayPPOTrainers inside init_workers with shared rollout on, and what wrap_get_client started for each.
-_initialising: list[Any] = []
-_started: dict[int, Any] = {}
+from verl_split.core.citations import cite
+
+if TYPE_CHECKING:
+    from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError
+
+
+@dataclass(eq=False)  # found by identity: two entries of one trainer are two calls
+class _Initialising:
+    """A ``RayPPOTrainer`` inside ``init_workers`` with shared rollout on, and what ``wrap_get_client`` started."""
+
+    trainer: Any
+    started: Any = None
+
+
+#: The trainers inside init_workers now: an entry lives exactly as long as its init_workers call (removed in a
+#: ``finally``), so what one started never reaches another, even one that a failed trainer's memory was given to.
+_initialising: list[_Initialising] = []
+
+
+def _shared_rollout(trainer: Any) -> bool:
+    """Shared rollout asked for by the trainer's job (its ``split_placement`` block) or the environment."""
+    from verl_split.placement import shared_rollout_from_config
+    from verl_split.placement.job_config import trainer_job
+
+    return shared_rollout_from_config(trainer_job(trainer))
 
 
 def wrap_setup(wrapped, instance, args, kwargs):
-    from verl_split.placement import shared_rollout_from_config
-
-    if not shared_rollout_from_config(instance.config):
+    if not _shared_rollout(instance):
         return wrapped(*args, **kwargs)
     from verl_split.runtime.shared_rollout import coordinator
 
@@ -55,37 +80,35 @@ def wrap_setup(wrapped, instance, args, kwargs):
 
 
 def wrap_init_workers(wrapped, instance, args, kwargs):
-    from verl_split.placement import shared_rollout_from_config
-
-    if not shared_rollout_from_config(instance.config):
+    if not _shared_rollout(instance):
         return wrapped(*args, **kwargs)
-    from verl_split.runtime.shared_rollout import coordinator, ray_trainer
+    from verl_split.runtime.shared_rollout import coordinator
 
-    ray_trainer.check_ray_trainer(instance)
+    check_ray_trainer(instance)
     backend = coordinator.configure_weight_transfer(instance.config)
-    _initialising.append(instance)
+    entry = _Initialising(instance)
+    _initialising.append(entry)
     try:
         result = wrapped(*args, **kwargs)
     finally:
-        _initialising.remove(instance)
-        ray_trainer.restore_weight_transfer(instance.config, backend)
-    started = _started.pop(id(instance), None)
-    if started is None:
-        raise ray_trainer.never_started(instance)
-    coordinator.wire(instance, backend, started)
-    ray_trainer.report_to_tracker(instance)
+        _initialising.remove(entry)
+        restore_weight_transfer(instance.config, backend)
+    if entry.started is None:
+        raise never_started(instance)
+    coordinator.wire(instance, backend, entry.started)
+    report_to_tracker(instance)
     return result
 
 
 def wrap_get_client(wrapped, instance, args, kwargs):
-    for trainer in _initialising:
-        if getattr(trainer, "llm_server_manager", None) is instance and id(trainer) not in _started:
-            from verl_split.runtime.shared_rollout import coordinator, ray_trainer
+    for entry in _initialising:
+        if getattr(entry.trainer, "llm_server_manager", None) is instance and entry.started is None:
+            from verl_split.runtime.shared_rollout import coordinator
 
-            _started[id(trainer)] = coordinator.start(trainer)
+            entry.started = coordinator.start(entry.trainer)
             # The actor's workers hold their engine already; verl's own manager, built next, syncs the actor
             # pool's replicas in-process (restored at the end of init_workers).
-            ray_trainer.hybrid_sync_in_process(trainer.config)
+            hybrid_sync_in_process(entry.trainer.config)
     return wrapped(*args, **kwargs)
 
 
@@ -95,3 +118,85 @@ def wrap_validate(wrapped, instance, args, kwargs):
     if take_routed is not None:
         take_routed()  # drop the validation's requests
     return result
+
+
+# ----------------------------------------------------------------------------- what RayPPOTrainer's path adds
+
+
+def hybrid_sync_in_process(config: Any) -> None:
+    """``RayPPOTrainer``: verl's own manager, which ``init_workers`` builds from the config after the actor's
+    workers took their engine from it, syncs the actor pool's replicas in-process (``naive``), as the v1
+    trainer forces for its own (``verl/trainer/ppo/v1/trainer_base.py`` ``_setup``): the actor worker's
+    hybrid replicas have no checkpoint-engine workers to receive a transfer (``checkpoint_engine/base.py``
+    ``build_process_group``)."""
+    from omegaconf import open_dict
+
+    with open_dict(config.actor_rollout_ref.rollout.checkpoint_engine) as engine:
+        engine.backend = "naive"
+
+
+def restore_weight_transfer(config: Any, backend: str) -> None:
+    """The config says again what the actor's workers run (``configure_weight_transfer``'s ``backend``)."""
+    from omegaconf import open_dict
+
+    with open_dict(config.actor_rollout_ref.rollout.checkpoint_engine) as engine:
+        engine.backend = backend
+
+
+def check_ray_trainer(trainer: Any) -> None:
+    """Refuse a ``RayPPOTrainer`` subclass with a loop of its own: shared rollout joins the stock ``fit``'s.
+
+    verl's asynchronous recipes (``verl/experimental/fully_async_policy``, ``one_step_off_policy``) subclass
+    ``RayPPOTrainer`` and override ``fit``, scheduling their rollout replicas and their weight sync themselves,
+    as the v1 trainer's non-``sync`` modes do (``placement.verl_config.check_shared_rollout_run``).
+    """
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from verl_split.placement.shared import SWITCH_OFF_HINT
+    from verl_split.runtime.overlap.trainers import defining_class
+    from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError
+
+    owner = defining_class(type(trainer), "fit")
+    if owner is not RayPPOTrainer:
+        raise SharedRolloutError(
+            f"shared rollout runs on verl's RayPPOTrainer and its own fit(); {type(trainer).__name__} overrides "
+            f"fit() ({owner.__module__ if owner else '?'}), so its loop schedules the rollout replicas and their "
+            f"weight sync itself. Run the stock trainer (python -m verl.trainer.main_ppo), or {SWITCH_OFF_HINT}."
+        )
+
+
+def never_started(trainer: Any) -> SharedRolloutError:
+    from verl_split.placement.shared import SWITCH_OFF_HINT
+    from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError
+
+    return SharedRolloutError(
+        f"shared rollout: {type(trainer).__name__}.init_workers() never asked its LLMServerManager for a client "
+        f"({cite('trainer_gets_client')} hands one to the agent loop), where verl-split starts the critic "
+        "pool's rollout replicas; this verl builds its rollout another way, which verl-split has not been adapted "
+        f"to. Install a tested verl, or {SWITCH_OFF_HINT}."
+    )
+
+
+def report_to_tracker(trainer: Any) -> None:
+    """Add the step's shared-rollout metrics to the step's record in verl's tracker, while ``trainer`` lives.
+
+    ``BothPoolsCheckpointManager`` leaves them in ``trainer._pending_sync_metrics``, which the v1 trainer merges
+    into the step's metrics itself (``trainer_base.py`` ``_consume_sync_metrics``); ``RayPPOTrainer.fit`` has no
+    such step, so they join the next training step's record (``timing_s/step`` marks one: not a validation
+    record, which ``fit`` logs apart before training) on its way to the tracker. The source holds the trainer
+    weakly and is unregistered once the trainer is collected: neither outlives the run.
+    """
+    from verl_split.runtime.metrics import tracking
+
+    held = weakref.ref(trainer)
+
+    def pending(record: dict) -> dict:
+        owner = held()
+        if owner is None or "timing_s/step" not in record:
+            return {}
+        metrics = getattr(owner, "_pending_sync_metrics", None) or {}
+        owner._pending_sync_metrics = {}
+        return metrics
+
+    tracking.register_source(pending)
+    weakref.finalize(trainer, tracking.unregister_source, pending)

@@ -24,7 +24,7 @@ Fitted to a real job (``generation_lane``), when the job says enough: the GPU's 
 actor's size (the memory rule's), and from the job's config the batch (``data.train_batch_size`` x ``rollout.n``),
 the lengths (``data.max_prompt_length``, ``data.max_response_length``: upper bounds, so the KV demand is the worst
 case) and vLLM's share. The layers, KV heads and head size come from the model config the workers printed in the
-log (:func:`verl_split.tools.advise.job.model_shape`); else the layers from the actor's ``config.json`` and the KV
+log (:func:`verl_split.tools.advise.log_job.model_shape`); else the layers from the actor's ``config.json`` and the KV
 width *assumed* a quarter of the hidden size (grouped-query attention as in Llama-3, Qwen2.5 and Qwen3; full
 multi-head attention has four times the KV cache). The bandwidth is fitted to each run's measured generation, on
 the pool it ran on, at the job's rollout TP, beside the training state the memory rule counts there. Otherwise

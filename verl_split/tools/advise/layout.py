@@ -23,7 +23,7 @@ from typing import Any
 
 from verl_split.core import metric_names as names
 from verl_split.core.errors import PlacementError, VerlSplitError
-from verl_split.placement import CRITIC_POOL, Cluster, Job, Requirements, job_from_config, plan_placement
+from verl_split.placement import CRITIC_POOL, Cluster, Job, Requirements, plan_placement
 from verl_split.tools.advise.exports import AdviseError
 
 CONFIG = "the config printed at start-up"
@@ -74,14 +74,13 @@ def planned_pools(job: Job, cluster: Cluster) -> tuple[tuple[int, int, bool] | N
 
 
 def run_layout(
-    name: str, step: Mapping[str, Any], config: Mapping[str, Any] | None, flags: Cluster, config_source: str = CONFIG
+    name: str, step: Mapping[str, Any], job: Job | None, flags: Cluster, config_source: str = CONFIG
 ) -> RunLayout:
-    """The run's layout from its last steady step's metrics, its config and the flags; AdviseError on a clash.
+    """The run's layout from its last steady step's metrics, its job and the flags; AdviseError on a clash.
 
-    ``config``: the printed config, or the overrides the log's command echoed (``config_source`` says which),
-    read once into the job's view.
+    ``job``: the view of the printed config, or of the overrides the log's command echoed (``config_source`` says
+    which); None when the log has neither.
     """
-    job = None if config is None else job_from_config(config)
     logged = config_cluster(job)
     cluster, cluster_source = (logged, config_source) if logged is not None else (flags, FLAGS)
     notes = []

@@ -1,5 +1,5 @@
 """What every candidate placement must satisfy for this job: the planner's own requirements, read from the job's
-config as the log gives it (:mod:`verl_split.tools.advise.job`), with ``advise``'s flags over it.
+config as the log gives it (:mod:`verl_split.tools.advise.log_job`), with ``advise``'s flags over it.
 
 The rules themselves are the planner's (:func:`verl_split.placement.requirements_from_config`, then
 :func:`verl_split.placement.plan_placement` per candidate): whole rollout replicas per node, the batch split over
@@ -18,7 +18,7 @@ from typing import Any
 
 from verl_split.core.errors import VerlSplitError
 from verl_split.placement import Job, ParallelSize, Requirements, job_from_config, requirements_from_config
-from verl_split.tools.advise.job import CONFIG, OVERRIDES
+from verl_split.tools.advise.log_job import CONFIG, OVERRIDES
 from verl_split.tools.advise.runs import Run
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -66,7 +66,7 @@ def job_requirements(runs: Sequence[Run], has_critic: bool, rollout_tp: int | No
         requirements = Requirements(has_critic, critic_reason, parallel=parallel)
         return JobRequirements(requirements, tp, source, None, "", tuple(notes))
     config = copy.deepcopy(found.job_config)
-    view = job_from_config(config)
+    view = found.job or job_from_config(config)  # the run's view, read as its log was
     logged = _replica(view)
     if rollout_tp is not None:
         # The flag's replica, in the config handed on and in its view alike.

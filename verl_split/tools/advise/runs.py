@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_split.core import metric_names as names
+from verl_split.core.errors import PlacementError
 from verl_split.dryrun.report import phase_times, steady_steps
-from verl_split.placement import Cluster
+from verl_split.placement import Cluster, Job, job_from_config
 from verl_split.tools.advise.exports import AdviseError
-from verl_split.tools.advise.job import job_config, model_shape
 from verl_split.tools.advise.layout import CONFIG, RunLayout, run_layout
+from verl_split.tools.advise.log_job import job_config, model_shape
 from verl_split.tools.advise.logs import CSV, PeriodicWork, read_log
 
 __all__ = ["AdviseError", "LANES", "PUSH_S", "SYNC_S", "Run", "Spread", "lane_times", "read_records", "read_run"]
@@ -134,6 +135,7 @@ class Run:
     periodic: tuple[PeriodicWork, ...] = ()
     #: The job's config as the log gives it (printed, else the echoed overrides), and which of the two.
     job_config: dict[str, Any] | None = field(default=None, compare=False)
+    job: Job | None = field(default=None, compare=False)  # its view, read once (``placement.job``)
     job_source: str = ""
     model_shape: dict[str, int] | None = None  # layers, KV heads, head size as the workers printed them
     mean_tokens: float | None = None  # prompt_length/mean + response_length/mean over the steady steps
@@ -228,7 +230,11 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
     if len(steps) == 1:
         notes.append(f"only step {steps[0]['step']}, which pays one-off start-up costs: run a few more steps")
     job = job_config(log.config, log.text)
-    layout: RunLayout = run_layout(name, steady[-1], job.config, cluster, job.source or CONFIG)
+    try:
+        view = None if job.config is None else job_from_config(job.config)  # the log's job, read once for all
+    except PlacementError as exc:  # a value of another type: the run itself could not have used it as meant
+        raise AdviseError(f"{name}: {job.source} cannot be read: {exc}") from exc
+    layout: RunLayout = run_layout(name, steady[-1], view, cluster, job.source or CONFIG)
     notes += [*job.notes, *layout.notes]
     per_lane: dict[str, list[float]] = {lane: [] for lane in LANE_POOL}
     previous = {int(s["step"]): s for s in steps}
@@ -315,6 +321,7 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         saved=Spread.of_any(saved),
         periodic=tuple(log.periodic),
         job_config=job.config,
+        job=view,
         job_source=job.source,
         max_reserved_gb=max(values(steps, RESERVED_GB), default=None),
         gen_both=Spread.of_any(gen_both),
