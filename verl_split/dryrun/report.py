@@ -175,7 +175,7 @@ def _shared_rollout(step: dict[str, Any]) -> dict[str, float]:
         "share": names.CRITIC_POOL_ROLLOUT_SHARE,
         "joined": names.CRITIC_POOL_JOINED,
         "join_s": names.CRITIC_POOL_JOIN_S,
-        "saved_s": names.SHARED_ROLLOUT_SAVED_S,
+        "saved_s": names.SHARED_ROLLOUT_SAVED_ESTIMATE_S,
         "push_s": names.SHARED_ROLLOUT_SYNC_S,
     }
     return {key: float(step[name]) for key, name in keys.items() if step.get(name) is not None}

@@ -11,8 +11,9 @@ run, named.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
@@ -20,7 +21,13 @@ import ray
 from verl_split.core import metric_names as names
 from verl_split.core.errors import VerlSplitError
 from verl_split.runtime.shared_rollout.balancer import caps_for_late_join
-from verl_split.runtime.shared_rollout.late_join import JoinForecast, LateJoin, every_rank_done, join_pays
+from verl_split.runtime.shared_rollout.late_join import (
+    JoinForecast,
+    JoinRecord,
+    LateJoin,
+    every_rank_done,
+    join_pays,
+)
 
 SHARE_METRIC = names.CRITIC_POOL_ROLLOUT_SHARE
 SYNC_METRIC = names.SHARED_ROLLOUT_SYNC_S
@@ -72,12 +79,36 @@ class BothPoolsCheckpointManager:
         #: pushes took 0.11 s) and no estimate of the next; until a second push there is none (join_pays).
         self._push_s: float | None = None
         self._pushes = 0
+        #: A validation pass is generating (``validating``): the late join's rate model is not asked meanwhile.
+        self._validating = False
+        #: The last generation's late join (None: the step had none) and the balancer's account of it
+        #: (``take_step``), once the generation ended: what the step's metrics and the benchmark read.
+        self.last_join: JoinRecord | None = None
+        self.last_account: dict[str, Any] = {}
         #: A push made at a weight sync, logged with the step that generates with those weights (at its
         #: sleep_replicas), as a late join's push is: each step's record has the push of its own weights.
         self._push_to_log: float | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.hybrid, name)
+
+    @property
+    def push_estimate_s(self) -> float | None:
+        """The wake-up and push the late join's rate model weighs a join against: the last measured, the run's
+        first (cold) left out; None until a second push."""
+        return self._push_s
+
+    @contextlib.contextmanager
+    def validating(self) -> Iterator[None]:
+        """Around a validation pass (``hooks.wrap_validate``): a late join decided meanwhile does not ask the rate
+        model (the requests it would count are validation's, and the step's generation is all ahead), and the
+        pass's requests are dropped from the step's count at its end (``take_routed``)."""
+        self._validating = True
+        try:
+            yield
+        finally:
+            self._validating = False
+            self.take_routed()
 
     @property
     def replicas(self) -> list[Any]:
@@ -155,11 +186,17 @@ class BothPoolsCheckpointManager:
         caps = caps_for_late_join(self._requests, self._hybrid_servers, shared, self._reach, self._concurrency)
         ray.get(self._balancer.gate.remote(parked=shared, caps=caps))
 
-        def join() -> None:
+        def push() -> None:
             self._wake_and_push(global_steps)
+
+        def open_servers() -> None:
             ray.get(self._balancer.open.remote(shared))
 
         def forecast() -> JoinForecast:
+            if self._validating:
+                return JoinForecast(
+                    True, self._requests, None, None, 0.0, "a validation pass generates: the step's generation is ahead"
+                )
             progress = ray.get(self._balancer.progress.remote())
             return join_pays(self._requests, progress, len(self._hybrid_servers), len(shared), self._push_s)
 
@@ -169,7 +206,8 @@ class BothPoolsCheckpointManager:
         result = self.hybrid.update_weights(global_steps)
         self._late = LateJoin(
             critic_update,
-            join,
+            push,
+            open_servers,
             global_steps,
             ranks_done=lambda: every_rank_done(self._critic_workers()),
             forecast=forecast,
@@ -212,7 +250,9 @@ class BothPoolsCheckpointManager:
         late, joined = self._finish_late()
         self.hybrid.sleep_replicas()
         self._sleep_shared()
-        metrics = self._step_metrics(self.take_step(), late, joined)
+        self.last_join = None if late is None else late.record()
+        self.last_account = self.take_step()
+        metrics = self._step_metrics(self.last_account, late, joined)
         if self._push_to_log is not None:  # pushed at the sync before this generation (a late join's: in metrics)
             metrics.setdefault(SYNC_METRIC, self._push_to_log)
             self._push_to_log = None
@@ -231,16 +271,15 @@ class BothPoolsCheckpointManager:
             if opened is not None:
                 metrics[names.CRITIC_POOL_JOIN_S] = opened
         if generation_s and total > on_critic_pool:
-            # What the actor pool alone would have needed for the critic pool's requests too, at the rate it
-            # kept (an estimate: exact for the CPU rollout's one-at-a-time servers, rough for batching ones).
-            metrics[names.SHARED_ROLLOUT_SAVED_S] = generation_s * on_critic_pool / (total - on_critic_pool)
+            # An estimate, named so: what the actor pool alone would have needed for the critic pool's requests too,
+            # at the rate it kept. Exact for the CPU rollout's one-at-a-time servers; a batching server (vLLM) runs
+            # more requests at once for little more time, so there it overstates the saving.
+            metrics[names.SHARED_ROLLOUT_SAVED_ESTIMATE_S] = generation_s * on_critic_pool / (total - on_critic_pool)
         if late is not None:
             if late.push_s is not None:
                 metrics[SYNC_METRIC] = late.push_s
             if late.finish_wait_s:
                 metrics[names.CRITIC_POOL_JOIN_WAIT_S] = late.finish_wait_s
-            if late.forecast is not None:
-                metrics[names.CRITIC_POOL_JOIN_FORECAST_SAVED_S] = late.forecast.saved_s
             even = len(self._shared_servers) / max(len(self._shared_servers) + len(self._hybrid_servers), 1)
             self._reach = min(1.0, max(MIN_REACH, (on_critic_pool / total) / even))
         return metrics
