@@ -28,7 +28,10 @@ import math
 import random
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import cached_property
 from statistics import NormalDist
+
+from verl_split.runtime.shared_rollout.late_join import recent_releases
 
 #: The published run's step 1 (module docstring).
 PUBLISHED_MEAN_TOKENS = 192.770
@@ -98,23 +101,30 @@ class Schedule:
     def critic_pool_share(self) -> float:
         return sum(self.on_critic_pool) / max(len(self.on_critic_pool), 1)
 
+    @cached_property
+    def _sorted_starts(self) -> list[float]:
+        return sorted(self.starts)
+
+    @cached_property
+    def _sorted_ends(self) -> list[float]:
+        return sorted(self.ends)
+
     def queued_at(self, t: float) -> int:
         """Requests not started by ``t`` (waiting for a slot)."""
-        return sum(1 for s in self.starts if s > t)
+        return len(self.starts) - bisect_right(self._sorted_starts, t)
 
-    def progress_at(self, t: float, window_s: float) -> dict[str, float | int | None]:
+    def progress_at(self, t: float) -> dict[str, float | int | None]:
         """What the balancer's ``progress`` reports at ``t``, every request having arrived at 0: requests routed
-        (started), ended, queued, seconds since the first, and the requests ended in the last ``window_s``."""
-        ends = sorted(self.ends)
-        released = bisect_right(ends, t)
-        routed = sum(1 for s in self.starts if s <= t)
-        recent_s = min(window_s, t)
+        (started), ended and queued, seconds since the first, and the recent rate by the balancer's own rule."""
+        released = bisect_right(self._sorted_ends, t)
+        routed = bisect_right(self._sorted_starts, t)
+        recent, recent_s = recent_releases(self._sorted_ends[:released], t, t)
         return {
             "routed": routed,
             "released": released,
             "queued": len(self.starts) - routed,
             "since_first_s": t,
-            "recent_released": released - bisect_right(ends, t - recent_s),
+            "recent_released": recent,
             "recent_s": recent_s,
         }
 
