@@ -34,6 +34,9 @@ SYNC_METRIC = names.SHARED_ROLLOUT_SYNC_S
 #: The least of an even share the actor-pool servers leave queued for a late critic pool: a step where
 #: the critic pool came too late to take anything still leaves it a quarter of its share to find out.
 MIN_REACH = 0.25
+#: The most any call to the balancer actor may take (it answers in milliseconds; a busy one in seconds): a
+#: balancer that stopped answering stops the run with Ray's timeout instead of hanging it.
+BALANCER_TIMEOUT_S = 600.0
 
 
 class SharedRolloutError(VerlSplitError):
@@ -57,6 +60,7 @@ class BothPoolsCheckpointManager:
         requests_per_step: int = 0,
         server_concurrency: int | None = None,
         late_join: bool = True,
+        ask_rate_model: bool = True,
     ) -> None:
         self._trainer = trainer
         self.hybrid = hybrid
@@ -72,6 +76,10 @@ class BothPoolsCheckpointManager:
         #: With a critic update still running at the sync: the critic pool joins late (True), or sits the
         #: step's generation out (False: ``VERL_SPLIT_LATE_JOIN``, off on GPUs until it has run there).
         self._late_join = late_join
+        #: The late join asks the rate model whether a join pays (False: it joins whenever the critic's update ends
+        #: before generation does: a forced decision, for tests and measurements; a join that does not pay then
+        #: lengthens the step by its push).
+        self._ask_rate_model = ask_rate_model
         self._late: LateJoin | None = None
         self._shared_awake = False
         #: The rate model's cost of a join: the last wake-up and push measured, except the run's first. The first
@@ -156,7 +164,7 @@ class BothPoolsCheckpointManager:
         started = time.perf_counter()
         self._wake_and_push(global_steps)
         if self._balancer is not None:
-            ray.get(self._balancer.ungate.remote())
+            ray.get(self._balancer.ungate.remote(), timeout=BALANCER_TIMEOUT_S)
         self._push_to_log = time.perf_counter() - started
         self._measured_push(self._push_to_log)
         return self.hybrid.update_weights(global_steps)
@@ -177,31 +185,31 @@ class BothPoolsCheckpointManager:
 
     def _sync_and_sit_out(self, global_steps: int | None) -> Any:
         """The critic's update runs on: the actor pool generates this step alone, the critic pool sleeps on."""
-        ray.get(self._balancer.gate.remote(parked=sorted(self._shared_servers), caps={}))
+        ray.get(self._balancer.gate.remote(parked=sorted(self._shared_servers), caps={}), timeout=BALANCER_TIMEOUT_S)
         return self.hybrid.update_weights(global_steps)
 
     def _sync_then_join_late(self, critic_update: Any, global_steps: int | None) -> Any:
         """The actor pool generates at once; the critic pool joins when the critic's update is done, if it pays."""
         shared = sorted(self._shared_servers)
         caps = caps_for_late_join(self._requests, self._hybrid_servers, shared, self._reach, self._concurrency)
-        ray.get(self._balancer.gate.remote(parked=shared, caps=caps))
+        ray.get(self._balancer.gate.remote(parked=shared, caps=caps), timeout=BALANCER_TIMEOUT_S)
 
         def push() -> None:
             self._wake_and_push(global_steps)
 
         def open_servers() -> None:
-            ray.get(self._balancer.open.remote(shared))
+            ray.get(self._balancer.open.remote(shared), timeout=BALANCER_TIMEOUT_S)
 
         def forecast() -> JoinForecast:
             if self._validating:
                 return JoinForecast(
                     True, self._requests, None, None, 0.0, "a validation pass generates: the step's generation is ahead"
                 )
-            progress = ray.get(self._balancer.progress.remote())
+            progress = ray.get(self._balancer.progress.remote(), timeout=BALANCER_TIMEOUT_S)
             return join_pays(self._requests, progress, len(self._hybrid_servers), len(shared), self._push_s)
 
         def skip() -> None:  # the caps held requests back for a critic pool that will not come; it stays parked
-            ray.get(self._balancer.lift_caps.remote())
+            ray.get(self._balancer.lift_caps.remote(), timeout=BALANCER_TIMEOUT_S)
 
         result = self.hybrid.update_weights(global_steps)
         self._late = LateJoin(
@@ -210,7 +218,7 @@ class BothPoolsCheckpointManager:
             open_servers,
             global_steps,
             ranks_done=lambda: every_rank_done(self._critic_workers()),
-            forecast=forecast,
+            forecast=forecast if self._ask_rate_model else None,
             skip=skip,
         )
         self._late.start()
@@ -239,12 +247,18 @@ class BothPoolsCheckpointManager:
 
     def take_step(self) -> dict[str, Any]:
         """The balancer's account of the step (empty under a custom router): ``balancer.take_step``."""
-        return ray.get(self._balancer.take_step.remote()) if self._balancer is not None else {}
+        return (
+            ray.get(self._balancer.take_step.remote(), timeout=BALANCER_TIMEOUT_S) if self._balancer is not None else {}
+        )
 
     def take_routed(self) -> dict[str, int]:
         """Requests routed per server since the last call, forgotten (a validation pass's); the step's join
         time is kept (``balancer.take_routed``). Empty under a custom router."""
-        return ray.get(self._balancer.take_routed.remote()) if self._balancer is not None else {}
+        return (
+            ray.get(self._balancer.take_routed.remote(), timeout=BALANCER_TIMEOUT_S)
+            if self._balancer is not None
+            else {}
+        )
 
     def sleep_replicas(self) -> None:
         late, joined = self._finish_late()
