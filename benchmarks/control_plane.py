@@ -485,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = os.getloadavg()  # a benchmark wants a quiet machine: the JSON says how quiet it was
     began = time.monotonic()
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    # A cluster of its own ("local"), never one another process started in the same Ray folder.
+    ray.init(address="local", num_cpus=8, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     running_update = deferral.running_update
     rows: list[dict[str, Any]] = []
     try:
