@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--mean-s", type=float, default=8.0, help="a mean response's seconds on a server (the lengths' scale)"
+        "--mean-s", type=float, default=6.0, help="a mean response's seconds on a server (the lengths' scale)"
     )
     parser.add_argument("--max-num-seqs", type=int, default=256, help="requests a server runs at once (vLLM's)")
     parser.add_argument("--push-s", type=float, default=1.0, help="the critic pool's wake-up and push")
