@@ -1,43 +1,49 @@
-"""verl-split's control plane at production sizes, on CPU: one step's requests through the real balancer and the
-real late join, and the planner and the node choice on 16 x 8 and 128 x 8 GPUs.
+"""Does shared rollout's late join ever make a step's generation slower? Four arms on one harness, on CPU.
 
-What is real: verl-split's ``SharedRolloutBalancer`` (verl's ``GlobalRequestLoadBalancer`` subclass) as the Ray
-async actor a run starts, ``BothPoolsCheckpointManager`` and its ``LateJoin`` on the driver, the rate model, the
-barrier on every critic rank, the planner (``plan_from_config``), the node reader (``cluster_nodes``) and the
-node choice (``check_fit``). What stands in, because it has no CPU path or is not verl-split's:
+One step's generation at 1,024, 4,096 and 16,384 requests (1,024 prompts x n = 16) on 24 + 8 stand-in rollout servers,
+the critic's update of the step before running on into it (verl-split's deferral), in four arms:
 
-* the rollout servers: each takes up to ``max_num_seqs`` requests at once and answers each after ``tokens / rate``
-  seconds (a per-token rate, no weights), tagged with the weights' step it holds; the actor pool's 24 in one Ray
-  async actor, each critic-pool server an actor of its own (this machine has 2 cores);
-* verl's agent-loop workers: Ray actors that send every request of the step at once, each as verl's client
-  does (``acquire_server``, ``generate`` on the server it names, ``release_server`` without waiting);
-* the checkpoint managers: the actor pool's sets its servers' weights at the sync; the critic pool's wakes its
-  servers and pushes (a fixed ``--push-s`` sleep) when the late join says so;
-* the critic's update: two critic-rank actors that sleep, the non-collected one longer; verl's future is rank
-  0's.
+1. ``stock``: verl's own routing (verl's ``GlobalRequestLoadBalancer`` as verl starts it, ``get_router_handle``)
+   over the actor pool's 24 servers: split placement with the deferral, no shared rollout;
+2. ``gate``: verl-split's balancer over all 32, the critic pool parked all step (``VERL_SPLIT_LATE_JOIN=off``: what
+   shared rollout does on GPUs by default when the critic's update runs past the weight sync);
+3. ``late_join``: the critic pool joins when the critic's update has ended on every rank, if the rate model says it
+   pays (``late_join.py``);
+4. ``shared_from_start``: the critic's update ended before the sync (no deferral): the push at the sync, on the
+   step's path, and all 32 servers from the step's first request: the upper bound of the generation.
 
-One step per request count (1k, 4k, 16k by default) on 32 servers (24 on the actor pool, 8 on the critic pool,
-which joins late when the critic's update ends). Per step:
+What is real: verl's balancer (arm 1), verl-split's ``SharedRolloutBalancer`` as the Ray async actor a run starts
+(arms 2-4, one actor for the three), ``BothPoolsCheckpointManager`` with its ``LateJoin`` on the driver (one manager
+per arm and size, across the repetitions, measuring its own push: two syncs before its first step, as a run's
+start-up sync and the next, so that the rate model has a warm push), the rate model, the rank barrier. What stands in:
 
-* ``gen_s``: the step's generation (the balancer's clock: first request to last release);
-* ``overhead_s``: verl-split's own time on the step's path: the balancer's routing code (``own_s``, the CPU time
-  of the actor's thread in it, so that the other processes of this 2-core machine do not inflate it) plus the
-  driver's wall time in the manager's calls beyond the stand-ins (the sync's gating, the end of generation's
-  accounting); ``overhead_share`` = overhead / gen;
-* ``model_gen_s``: what the rate model predicts for the step with the critic pool joining when it did, and what
-  the critic pool took against what the model says it would;
-* ``lost``, ``served_twice``, ``stale_weights``: requests never answered, answered twice, answered by a server
-  holding another step's weights.
+* the rollout servers and verl's agent-loop workers, in one Ray actor (``GenerationSide``; one process keeps this
+  2-core machine's CPU for the balancer): every request of the step sent at once, each as verl's client does
+  (``acquire_server`` on the balancer, generate on the server it names, ``release_server`` without waiting); a
+  server runs up to ``max_num_seqs`` requests at once, each for ``tokens / rate`` seconds, tagged with the weights'
+  step the server holds;
+* the checkpoint managers: the actor pool's sets its servers' weights at the sync, the critic pool's sleeps
+  ``--push-s`` (its wake-up and push) then sets its servers';
+* the critic's update: two critic-rank actors that sleep ``--critic-share`` of the step's modelled generation, the
+  rank verl does not collect from 0.5 s longer.
 
-Then the planner on 16 x 8 and 128 x 8 GPUs (a shared-rollout job with a TP-4 rollout, ``plan_s``) and the node
-reader + node choice on as many Ray nodes plus spares, two busy and one draining (``choose_s``); and one fault
-run: a critic-pool server killed mid-step at the largest size, timed until the step's error and the manager's
-naming of the dead replica.
+Response lengths: long-tailed, a lognormal fitted to a published verl run, capped at its ``max_response_length``
+(``control_plane_model.py``). The same lengths in every arm of a repetition and size.
 
-    .venv/bin/python benchmarks/control_plane.py --json benchmarks/control_plane.json [--repeats 3]
+Per step (``--json`` rows): ``gen_s``, the step's generation as the trainer waits for it (from the weight sync's
+start to the end of ``sleep_replicas``, the join's end included), ``lost``, ``served_twice``, ``stale_weights``
+(answered by a server holding another step's weights), ``critic_pool_share``, ``model_gen_s`` (the event model's
+generation for the arm's routing, first request to last); for the late join also ``decision_s`` (every critic rank
+done to decided), ``push_s`` (the wake-up and push the manager measured), ``open_s`` (pushed to the first request on
+the critic pool; the balancer's ``open`` call alone is ``open_call_s``), ``push_estimate_s`` (what the decision
+weighed a join against), the ``forecast`` and what ``happened``. Times across processes are ``time.monotonic``
+(one clock on one Linux machine).
 
-Goals (issue 33): overhead under 1 % of the step's generation at 16k requests, growing no faster than the
-requests (16k / 1k at most 20x), planning 128 x 8 GPUs in under 1 s.
+    .venv/bin/python benchmarks/control_plane.py --json benchmarks/control_plane.json   # ~17 min, 3 repetitions
+
+Goal (issue 45; on a quiet machine, median of 3): the late-join arm never slower than ``stock`` (within 1 %) at any
+size, faster than ``gate`` wherever requests were still queued when the critic's update ended, the decision and the
+opening each under 1 s at 16k. Then the planner and the node choice on 16 x 8 and 128 x 8 GPUs.
 """
 
 from __future__ import annotations
@@ -47,7 +53,6 @@ import asyncio
 import concurrent.futures
 import json
 import os
-import random
 import statistics
 import sys
 import threading
@@ -57,6 +62,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import ray
+from control_plane_model import PUBLISHED_LENGTHS, PUBLISHED_MEAN_TOKENS, per_server, shared_queue
 
 from verl_split.core.errors import PlacementError
 from verl_split.placement.verl_config import plan_from_config
@@ -65,240 +71,197 @@ from verl_split.runtime.placement.choice import check_fit
 from verl_split.runtime.placement.nodes import NodeLoad, cluster_nodes
 from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
 from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager
-from verl_split.runtime.shared_rollout.late_join import join_pays
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Servers on each pool: 24 + 8 (e.g. 96 actor-pool GPUs and 32 critic-pool GPUs at rollout TP 4).
 HYBRID, SHARED = 24, 8
-#: vLLM's max_num_seqs: requests a server runs at once.
-MAX_NUM_SEQS = 256
-#: verl's agent-loop workers sending the requests.
-CLIENTS = 4
-#: The fault run must end (every request answered or failed, the manager's error raised) within this long.
-FAULT_LIMIT_S = 600
+ARMS = ("stock", "gate", "late_join", "shared_from_start")
+#: The rank verl does not collect from ends this much after the collected one (a sequence-parallel mesh's).
+RANK_LAG_S = 0.5
 
 
 # ----------------------------------------------------------------------------- stand-ins
 
 
 @ray.remote(num_cpus=0)
-class StandInServers:
-    """Rollout servers in one process (the actor pool's 24 share one, each critic-pool server has its own, so the
-    fault run can kill one): each takes up to ``MAX_NUM_SEQS`` requests at once, each ``tokens / rate`` seconds.
-    One process for many keeps this 2-core machine's process count down; each server is still its own queue."""
+class GenerationSide:
+    """verl's agent-loop workers and the rollout servers they send to (module docstring)."""
 
-    def __init__(self, names: list[str], rate: float) -> None:
-        self.rate = rate
+    def __init__(self, names: list[str], max_num_seqs: int, tokens_per_s: float) -> None:
+        self.rate = tokens_per_s
+        self.slots = {name: asyncio.Semaphore(max_num_seqs) for name in names}
         self.weights = dict.fromkeys(names, -1)
-        self.slots = {name: asyncio.Semaphore(MAX_NUM_SEQS) for name in names}
 
-    async def set_weights(self, step: int) -> None:
-        self.weights = dict.fromkeys(self.weights, step)
+    def set_weights(self, names: list[str], step: int) -> None:
+        for name in names:
+            self.weights[name] = step
 
-    async def generate(self, server: str, request_id: str, tokens: int) -> tuple[str, str, int]:
-        async with self.slots[server]:
-            weights = self.weights[server]  # the weights the request is generated with
-            await asyncio.sleep(tokens / self.rate)
-        return request_id, server, weights
+    async def run(self, balancer: Any, requests: list[tuple[str, float]]) -> list[tuple[str, str, int, float]]:
+        """Every request at once; per request (id, server, the weights' step it ran with, when it began there)."""
 
-
-@ray.remote(num_cpus=0)
-class StandInClients:
-    """verl's agent-loop worker: every request at once, as ``LLMServerClient`` sends it."""
-
-    def __init__(self, balancer: Any) -> None:
-        self.balancer = balancer
-
-    async def run(self, requests: list[tuple[str, int]]) -> list[Any]:
-        async def one(request_id: str, tokens: int) -> Any:
-            server_id, handle = await self.balancer.acquire_server.remote(request_id=request_id)
+        async def one(request_id: str, tokens: float) -> tuple[str, str, int, float]:
+            server, _ = await balancer.acquire_server.remote(request_id=request_id)
             try:
-                return await handle.generate.remote(server_id, request_id, tokens)
-            except Exception as exc:  # verl's agent loop would fail the generation here, at the first one
-                # A dict, not a class of this script's: what Ray returns must mean the same on the driver.
-                return {"server": server_id, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "at": time.time()}
+                async with self.slots[server]:
+                    began, weights = time.monotonic(), self.weights[server]
+                    await asyncio.sleep(tokens / self.rate)
             finally:
-                self.balancer.release_server.remote(server_id=server_id)
+                balancer.release_server.remote(server_id=server)  # verl's client does not wait for it
+            return request_id, server, weights, began
 
-        return await asyncio.gather(*[one(r, t) for r, t in requests], return_exceptions=True)
+        # A failed request fails the step (verl's agent loop gathers without return_exceptions).
+        return await asyncio.gather(*[one(r, t) for r, t in requests])
 
 
 @ray.remote(num_cpus=0)
 class StandInCriticRank:
     """A synchronous critic worker, as verl's ``TrainingWorker`` is: its update a sleep."""
 
-    def update(self, seconds: float) -> float:
+    def update(self, seconds: float) -> None:
         time.sleep(seconds)
-        return time.monotonic()
 
 
 class StandInManager:
-    """A checkpoint manager: the actor pool's sets the weights at the sync, the critic pool's wakes and pushes."""
+    """verl's ``CheckpointEngineManager`` for one pool's servers: the sync sets their weights (after ``push_s``)."""
 
-    def __init__(self, servers: dict[str, Any], push_s: float, first_rank: int = 0) -> None:
-        self.servers, self.push_s = servers, push_s
+    def __init__(self, world: SimpleNamespace, names: list[str], push_s: float, first_rank: int = 0) -> None:
+        self.world, self.names, self.push_s = world, names, push_s
         self.replicas = [
-            SimpleNamespace(replica_rank=first_rank + i, server_address=name, servers=[handle])
-            for i, (name, handle) in enumerate(servers.items())
+            SimpleNamespace(replica_rank=first_rank + i, server_address=name, servers=[world.generation])
+            for i, name in enumerate(names)
         ]
-        self.spent_s = 0.0  # time in the stand-in's own calls: not verl-split's
 
-    def _timed(self, work: Any) -> None:
-        started = time.perf_counter()
-        work()
-        self.spent_s += time.perf_counter() - started
-
-    def update_weights(self, global_steps: int | None = None) -> str:
-        def push() -> None:
-            time.sleep(self.push_s)
-            ray.get([server.set_weights.remote(global_steps) for server in set(self.servers.values())])
-
-        self._timed(push)
-        return "synced"
+    def update_weights(self, global_steps: int | None = None) -> None:
+        time.sleep(self.push_s)
+        ray.get(self.world.generation.set_weights.remote(self.names, global_steps), timeout=self.world.limit_s)
 
     def wake_up_replicas(self) -> None:
         pass
 
     def sleep_replicas(self) -> None:
-        self._timed(lambda: ray.get([s.__ray_ready__.remote() for s in set(self.servers.values())], timeout=30))
+        pass
 
 
-# ----------------------------------------------------------------------------- one step
+# ----------------------------------------------------------------------------- one step of one arm
 
 
-def request_tokens(count: int, mean_tokens: int, seed: int) -> list[tuple[str, int]]:
-    rng = random.Random(seed)
-    return [(f"req-{i}", int(mean_tokens * rng.uniform(0.25, 1.75))) for i in range(count)]
+class Arm:
+    """One arm at one size: its balancer and checkpoint manager, kept across the repetitions."""
+
+    def __init__(self, name: str, requests: int, world: SimpleNamespace, args: argparse.Namespace) -> None:
+        self.name = name
+        self.hybrid = StandInManager(world, world.hybrid, push_s=0.0)
+        if name == "stock":
+            self.balancer, self.manager = world.stock_balancer, self.hybrid
+            return
+        self.balancer = world.balancer
+        shared = StandInManager(world, world.shared, push_s=args.push_s, first_rank=HYBRID)
+        self.trainer = SimpleNamespace(critic_wg=SimpleNamespace(workers=world.critic_ranks))
+        self.manager = BothPoolsCheckpointManager(
+            self.trainer,
+            self.hybrid,
+            shared,
+            self.balancer,
+            requests_per_step=requests,
+            server_concurrency=args.max_num_seqs,
+            late_join=name != "gate",
+            ask_rate_model=args.join == "forecast",
+        )
+        deferral.running_update = lambda: None
+        for _ in range(2):  # a run's start-up sync (cold, not kept) and the next: the push the rate model weighs
+            self.manager.update_weights(0)
+            self.manager.sleep_replicas()
 
 
-def model_generation(tokens: list[int], rate: float, opened_after: float | None) -> tuple[float, float]:
-    """The rate model's step: (generation seconds, share the critic pool takes) with ``HYBRID`` servers from the
-    start and ``SHARED`` more from ``opened_after``, each running ``MAX_NUM_SEQS`` requests at once, in order."""
-    slots = [0.0] * (HYBRID * MAX_NUM_SEQS)
-    late = [] if opened_after is None else [opened_after] * (SHARED * MAX_NUM_SEQS)
-    free = [(t, 0) for t in slots] + [(t, 1) for t in late]
-    import heapq
-
-    heapq.heapify(free)
-    end, on_critic = 0.0, 0
-    for n in tokens:
-        start, pool = heapq.heappop(free)
-        finish = start + n / rate
-        end = max(end, finish)
-        on_critic += pool
-        heapq.heappush(free, (finish, pool))
-    return end, on_critic / len(tokens)
+def collect(update: Any, future: concurrent.futures.Future, limit_s: float) -> None:
+    """verl's future of the critic's update: done when the collected rank returns (at most ``limit_s``)."""
+    try:
+        future.set_result(ray.get(update, timeout=limit_s))
+    except Exception as exc:
+        future.set_exception(exc)
 
 
-def run_step(
-    step: int, count: int, world: SimpleNamespace, args: argparse.Namespace, kill_after_s: float | None = None
-) -> dict[str, Any]:
-    """One step's generation at ``count`` requests, the critic pool joining late; its figures."""
-    requests = request_tokens(count, args.mean_tokens, seed=step)
-    rate = args.mean_tokens / args.latency_s
-    expected = model_generation([t for _, t in requests], rate, None)[0]
-    trainer = SimpleNamespace(critic_wg=SimpleNamespace(workers=world.critic_ranks))
-    hybrid = StandInManager(world.hybrid, push_s=0.0)
-    shared = StandInManager(world.shared, push_s=args.push_s, first_rank=HYBRID)
-    manager = BothPoolsCheckpointManager(
-        trainer, hybrid, shared, world.balancer, requests_per_step=count, server_concurrency=MAX_NUM_SEQS
-    )
-    manager._push_s = args.push_s  # as measured at step 1's sync, when the critic pool joined from the start
-    ray.get([s.set_weights.remote(step - 1) for s in {*world.hybrid.values(), *world.shared.values()}])
+def run_step(arm: Arm, count: int, repeat: int, step: int, world: SimpleNamespace, args: argparse.Namespace):
+    """One step's generation in ``arm``; its row."""
+    rate = PUBLISHED_MEAN_TOKENS / args.mean_s
+    tokens = PUBLISHED_LENGTHS.draw(count, seed=1000 * repeat + count)  # the same lengths in every arm
+    durations = [t / rate for t in tokens]
+    requests = [(f"{arm.name}-{step}-{i}", t) for i, t in enumerate(tokens)]  # unique, as verl's request ids are
+    ray.get(world.generation.set_weights.remote([*world.hybrid, *world.shared], step - 1), timeout=world.limit_s)
+    alone = per_server(durations, HYBRID, args.max_num_seqs)
 
-    # The critic's update of the step before, running on: rank 1 (not collected) ends 0.5 s after rank 0.
-    critic_s = args.critic_share * expected
-    ends = [rank.update.remote(critic_s + 0.5 * i) for i, rank in enumerate(world.critic_ranks)]
+    # The critic's update of the step before, running on (not in the last arm: it ended before the sync).
+    critic_s = args.critic_share * alone.generation_s
     collected: concurrent.futures.Future = concurrent.futures.Future()
-    threading.Thread(target=lambda: collected.set_result(ray.get(ends[0])), daemon=True).start()
-    deferral.running_update = lambda: None if collected.done() else collected
+    ranks = []
+    if arm.name != "shared_from_start":
+        ranks = [r.update.remote(critic_s + RANK_LAG_S * i) for i, r in enumerate(world.critic_ranks)]
+        threading.Thread(target=collect, args=(ranks[0], collected, world.limit_s), daemon=True).start()
+    deferral.running_update = lambda: None if not ranks or collected.done() else collected
 
-    started = time.perf_counter()
-    manager.update_weights(step)  # the sync: the actor pool generates now, the critic pool joins late
-    sync_s = time.perf_counter() - started - hybrid.spent_s
-    chunks = [requests[i::CLIENTS] for i in range(CLIENTS)]
-    generation = [client.run.remote(chunk) for client, chunk in zip(world.clients, chunks, strict=True)]
-    if kill_after_s is not None:
-        return fault_step(manager, generation, world, kill_after_s, started)
-    answers = [a for part in ray.get(generation) for a in part]
-    gen_wall = time.perf_counter() - started
-    before_sleep = hybrid.spent_s + shared.spent_s
-    ended = time.perf_counter()
-    late = manager._late
-    manager.sleep_replicas()  # generation over: the join's end, the step's account
-    end_s = time.perf_counter() - ended - (hybrid.spent_s + shared.spent_s - before_sleep)
-    metrics = trainer._pending_sync_metrics
-    account = world.last_step  # what sleep_replicas' take_step read (captured below)
-    errors = [a for a in answers if isinstance(a, dict)]
-    served = [a for a in answers if not isinstance(a, dict)]
-    ids = [r for r, _, _ in served]
-    on_critic = sum(1 for _, name, _ in served if name in world.shared)
-    opened = metrics.get("split/critic_pool_join_s")
-    model_s, model_share = model_generation([t for _, t in requests], rate, opened)
-    gen_s = account.get("generation_s") or gen_wall
-    overhead = account["own_s"] + max(sync_s, 0.0) + max(end_s, 0.0)
-    return {
+    started = time.monotonic()
+    arm.manager.update_weights(step)
+    answers = ray.get(world.generation.run.remote(arm.balancer, requests), timeout=world.limit_s)
+    arm.manager.sleep_replicas()
+    gen_s = time.monotonic() - started
+    ray.get(ranks, timeout=world.limit_s)  # the next step starts with no critic update left over
+
+    ids = [a[0] for a in answers]
+    on_critic = [a for a in answers if a[1] in world.shared]
+    row: dict[str, Any] = {
+        "arm": arm.name,
         "requests": count,
-        "servers": HYBRID + SHARED,
+        "repeat": repeat,
         "gen_s": gen_s,
-        "overhead_s": overhead,
-        "overhead_share": overhead / gen_s,
-        "overhead_share_of_model": overhead / model_s,  # against what the GPUs would take, not Ray's plumbing here
-        "balancer_own_s": account["own_s"],
-        "driver_s": max(sync_s, 0.0) + max(end_s, 0.0),
-        "critic_update_s": critic_s,
-        "critic_pool_joined": metrics.get("split/critic_pool_joined"),
-        "critic_pool_join_s": opened,
-        "critic_pool_share": on_critic / max(len(served), 1),
-        "model_gen_s": model_s,
-        "model_critic_pool_share": model_share,
-        "alone_model_gen_s": expected,
-        "forecast": None if late is None or late.forecast is None else late.forecast.why,
-        # The late join's parts, seconds after the critic update's end (verl's future): every rank done, the
-        # decision (a round trip to the balancer, queued behind the step's requests), the critic pool open.
-        "join_marks_s": {} if late is None else {k: v - late.marks["update_ended"] for k, v in late.marks.items()},
         "lost": count - len(set(ids)),
         "served_twice": len(ids) - len(set(ids)),
-        "stale_weights": sum(1 for _, _, weights in served if weights != step),
-        "errors": len(errors),
+        "stale_weights": sum(1 for a in answers if a[2] != step),
+        "critic_pool_share": len(on_critic) / max(len(answers), 1),
+        "critic_update_s": critic_s if ranks else 0.0,
+        "model_gen_s": alone.generation_s,  # verl's routing on the actor pool alone
     }
+    if arm.name == "shared_from_start":
+        row["model_gen_s"] = per_server(durations, HYBRID + SHARED, args.max_num_seqs, SHARED).generation_s
+    if arm.name != "stock":
+        row["balancer_own_s"] = arm.manager.last_account.get("own_s")
+    if arm.name == "late_join":
+        row |= late_join_figures(arm, durations, on_critic, args)
+    return row
 
 
-def fault_step(manager: Any, generation: list[Any], world: SimpleNamespace, kill_after_s: float, started: float):
-    """Kill a critic-pool server once the critic pool has joined; time the step's error and the manager's."""
-    deadline = started + FAULT_LIMIT_S
-    victim_name = next(iter(world.shared))
-    late = manager._late
-    while late is not None and late._state in ("waiting", "joining") and time.perf_counter() < deadline:
-        time.sleep(0.05)
-    if late is None or not late.joined:
-        ray.get(generation)
-        manager.sleep_replicas()
-        return {"killed": None, "why": "the critic pool did not join this step: nothing to kill mid-generation"}
-    time.sleep(kill_after_s)
-    killed_at, killed_wall = time.perf_counter(), time.time()
-    ray.kill(world.shared[victim_name])
-    answers = [a for part in ray.get(generation, timeout=FAULT_LIMIT_S) for a in part]
-    failed = [a for a in answers if isinstance(a, dict)]
-    generation_s = time.perf_counter() - killed_at
-    message = ""
-    try:
-        manager.sleep_replicas()
-    except Exception as exc:  # what the run would stop with
-        message = str(exc)
-    first = min(failed, key=lambda f: f["at"], default=None)
+def late_join_figures(arm: Arm, durations: list[float], on_critic: list[tuple], args: argparse.Namespace):
+    """The late join's latencies, its forecast and what happened (``manager.last_join``)."""
+    join = arm.manager.last_join
+    opened_after = arm.manager.last_account.get("opened_after_s")
+    first_on_critic = min((a[3] for a in on_critic), default=None)
+    pushed = join.marks.get("pushed")
+    forecast = join.forecast
+    slots = args.max_num_seqs
     return {
-        "requests": len(answers),
-        "killed": victim_name,
-        "requests_failed": len(failed),
-        "failed_on": sorted({f["server"] for f in failed}),
-        "first_failure_after_kill_s": None if first is None else first["at"] - killed_wall,
-        "first_failure": "" if first is None else first["error"],
-        "names_the_server": first is not None and victim_name in first["error"],
-        "generation_ended_after_kill_s": generation_s,
-        "manager_error_after_kill_s": time.perf_counter() - killed_at,
-        "manager_error": message[:400],
-        "manager_names_the_replica": f"replica(s) [{HYBRID}]" in message,
+        "decision_s": join.decision_s,
+        "push_s": join.push_s,
+        "open_s": None if first_on_critic is None or pushed is None else first_on_critic - pushed,
+        "open_call_s": join.open_s,
+        "push_estimate_s": None if forecast is None else arm.manager.push_estimate_s,
+        "forecast": None
+        if forecast is None
+        else {
+            "pays": forecast.pays,
+            "queued": forecast.left,
+            "rate_per_s": forecast.rate,
+            "alone_s": forecast.alone_s,
+            "joined_s": forecast.joined_s,
+            "critic_pool_takes": forecast.critic_pool_takes,
+            "why": forecast.why,
+        },
+        "happened": {
+            "outcome": join.outcome,
+            "opened_after_s": opened_after,
+            "finish_wait_s": join.finish_wait_s,
+            # The event model: the critic pool opening when it did, and never.
+            "model_joined_gen_s": shared_queue(durations, HYBRID * slots, SHARED * slots, opened_after).generation_s,
+            "model_alone_gen_s": shared_queue(durations, HYBRID * slots).generation_s,
+        },
     }
 
 
@@ -384,94 +347,172 @@ def ray_nodes(count: int) -> list[dict[str, Any]]:
 
 
 def start_world(args: argparse.Namespace) -> SimpleNamespace:
-    rate = args.mean_tokens / args.latency_s
+    from verl.workers.rollout.router import get_router_handle
+
     names = [f"rollout-server-{i}" for i in range(HYBRID + SHARED)]
-    # Room for every request the servers run at once: Ray's default for an async actor is 1,000 calls.
-    farm = StandInServers.options(name="actor-pool-servers", max_concurrency=MAX_CONCURRENCY).remote(
-        names[:HYBRID], rate
-    )
-    servers = {name: farm for name in names[:HYBRID]}
-    servers |= {
-        name: StandInServers.options(name=name, max_concurrency=MAX_CONCURRENCY).remote([name], rate)
-        for name in names[HYBRID:]
-    }
-    balancer = (
-        ray.remote(SharedRolloutBalancer).options(max_concurrency=MAX_CONCURRENCY, num_cpus=0).remote(servers=servers)
-    )
+    rate = PUBLISHED_MEAN_TOKENS / args.mean_s
+    # Room for every request of a step at once (Ray's default for an async actor is 1,000 calls).
+    generation = GenerationSide.options(max_concurrency=MAX_CONCURRENCY).remote(names, args.max_num_seqs, rate)
+    servers = dict.fromkeys(names, generation)
     world = SimpleNamespace(
-        hybrid={n: servers[n] for n in names[:HYBRID]},
-        shared={n: servers[n] for n in names[HYBRID:]},
-        balancer=balancer,
-        clients=[StandInClients.options(max_concurrency=MAX_CONCURRENCY).remote(balancer) for _ in range(CLIENTS)],
+        hybrid=names[:HYBRID],
+        shared=names[HYBRID:],
+        generation=generation,
+        # verl's own balancer over the actor pool's servers, started as verl starts it; verl-split's over all 32,
+        # started as coordinator._route_to_all starts it.
+        stock_balancer=get_router_handle({n: generation for n in names[:HYBRID]}),
+        balancer=ray.remote(SharedRolloutBalancer).options(max_concurrency=MAX_CONCURRENCY).remote(servers=servers),
         critic_ranks=[StandInCriticRank.remote() for _ in range(2)],
-        last_step={},
+        limit_s=args.limit_s,
     )
-    ray.get([a.__ray_ready__.remote() for a in {*servers.values(), balancer, *world.clients, *world.critic_ranks}])
+    actors = [generation, world.stock_balancer, world.balancer, *world.critic_ranks]
+    ray.get([a.__ray_ready__.remote() for a in actors], timeout=args.limit_s)
+    # Warm: each balancer's first requests pay the processes' first calls (seconds, in the first arm run otherwise).
+    for balancer in (world.stock_balancer, world.balancer):
+        warm = [(f"warm-{id(balancer)}-{i}", 1.0) for i in range(min(1024, *args.requests))]
+        ray.get(generation.run.remote(balancer, warm), timeout=args.limit_s)
+    ray.get(world.balancer.take_step.remote(), timeout=args.limit_s)
     return world
 
 
-def capture_take_step(world: SimpleNamespace) -> None:
-    """Keep what the manager's ``take_step`` read (the step's timing and the balancer's own time)."""
-    original = BothPoolsCheckpointManager.take_step
-
-    def take_step(self):
-        world.last_step = original(self)
-        return world.last_step
-
-    BothPoolsCheckpointManager.take_step = take_step
-
-
-def spread(values: list[float]) -> dict[str, float]:
+def spread(values: list[float]) -> dict[str, float] | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarise(rows: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
+    """Per size: each arm's generation, its cost against ``stock`` (paired by repetition), the late join's
+    latencies; and the goal, checked."""
+    per: dict[int, Any] = {}
+    goals: dict[str, Any] = {"never_slower_than_stock": {}, "faster_than_gate_where_queued": {}, "latencies_16k": {}}
+    for count in counts:
+        mine = [r for r in rows if r["requests"] == count]
+        by_arm = {arm: [r for r in mine if r["arm"] == arm] for arm in ARMS}
+        stock = {r["repeat"]: r["gen_s"] for r in by_arm["stock"]}
+        figures: dict[str, Any] = {}
+        for arm, arm_rows in by_arm.items():
+            figures[arm] = {
+                "gen_s": spread([r["gen_s"] for r in arm_rows]),
+                "against_stock": spread(
+                    [r["gen_s"] / stock[r["repeat"]] - 1 for r in arm_rows if r["repeat"] in stock]
+                ),
+                "critic_pool_share": spread([r["critic_pool_share"] for r in arm_rows]),
+                "lost_twice_stale": [sum(r[k] for r in arm_rows) for k in ("lost", "served_twice", "stale_weights")],
+            }
+        late = by_arm["late_join"]
+        for key in ("decision_s", "push_s", "open_s", "open_call_s"):
+            figures["late_join"][key] = spread([r.get(key) for r in late])
+        figures["late_join"]["outcomes"] = [r["happened"]["outcome"] for r in late]
+        per[count] = figures
+        median = {arm: figures[arm]["gen_s"]["median"] for arm in ARMS if figures[arm]["gen_s"]}
+        if "late_join" in median and "stock" in median:
+            ratio = median["late_join"] / median["stock"]
+            goals["never_slower_than_stock"][count] = {"late_join_over_stock": ratio, "met": ratio <= 1.01}
+        queued = [r["forecast"]["queued"] for r in late if r.get("forecast")]
+        if queued and statistics.median(queued) > 0 and "gate" in median:
+            goals["faster_than_gate_where_queued"][count] = {
+                "queued_when_the_update_ended": statistics.median(queued),
+                "late_join_over_gate": median["late_join"] / median["gate"],
+                "met": median["late_join"] < median["gate"],
+            }
+    largest = per[max(counts)]["late_join"]
+    for key in ("decision_s", "open_s"):
+        value = largest[key]["median"] if largest[key] else None
+        goals["latencies_16k"][key] = {"median": value, "met": value is not None and value < 1.0}
+    return {"per_requests": per, "goals": goals}
+
+
+def late_join_line(row: dict[str, Any]) -> str:
+    if row["arm"] != "late_join":
+        return ""
+    parts = [f"{row['happened']['outcome']}"]
+    if row["decision_s"] is not None:
+        parts.append(f"decided {row['decision_s']:.3f}s after the ranks ({row['forecast']['why']})")
+    if row["push_s"] is not None:
+        parts.append(f"pushed in {row['push_s']:.2f}s")
+    if row["open_s"] is not None:
+        parts.append(f"first request on the critic pool {row['open_s']:.3f}s later")
+    return "; late join: " + ", ".join(parts)
+
+
+def print_summary(summary: dict[str, Any], repeats: int) -> None:
+    for count, figures in summary["per_requests"].items():
+        cells = []
+        for arm in ARMS:
+            gen, cost = figures[arm]["gen_s"], figures[arm]["against_stock"]
+            cells.append(
+                f"{arm} {gen['median']:.2f}s [{gen['min']:.2f}-{gen['max']:.2f}]"
+                + ("" if arm == "stock" else f" {cost['median']:+.2%} [{cost['min']:+.2%}, {cost['max']:+.2%}]")
+            )
+        print(f"{count:>6} requests, {repeats} repetition(s), generation and against stock: " + "; ".join(cells))
+        late = figures["late_join"]
+        print(
+            "       late join: "
+            + ", ".join(
+                f"{key} {late[key]['median']:.3f}s [{late[key]['min']:.3f}-{late[key]['max']:.3f}]"
+                for key in ("decision_s", "push_s", "open_s", "open_call_s")
+                if late[key]
+            )
+            + f"; {', '.join(late['outcomes'])}; critic pool took {late['critic_pool_share']['median']:.1%}"
+        )
+    print("goals: " + json.dumps(summary["goals"]))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--mean-tokens", type=int, default=1000, help="a response's mean length")
     parser.add_argument(
-        "--latency-s",
-        type=float,
-        default=30.0,
-        help="a mean response's time on a server in a full batch (1,000 tokens at ~33 tokens/s a sequence)",
+        "--mean-s", type=float, default=6.0, help="a mean response's seconds on a server (the lengths' scale)"
     )
+    parser.add_argument("--max-num-seqs", type=int, default=256, help="requests a server runs at once (vLLM's)")
     parser.add_argument("--push-s", type=float, default=1.0, help="the critic pool's wake-up and push")
     parser.add_argument(
-        "--critic-share", type=float, default=0.3, help="the critic's update, as a share of the actor pool's generation"
+        "--critic-share", type=float, default=0.3, help="the critic's update, as a share of the modelled generation"
     )
-    parser.add_argument("--no-fault", action="store_true", help="skip the fault run")
+    parser.add_argument(
+        "--join",
+        choices=("forecast", "always"),
+        default="forecast",
+        help="the late join asks the rate model (forecast), or joins whenever the critic's update ends first (always)",
+    )
+    parser.add_argument("--limit-s", type=float, default=600.0, help="the most any one wait may take")
+    parser.add_argument("--no-planner", action="store_true", help="skip the planner's rows")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
 
     load_before = os.getloadavg()  # a benchmark wants a quiet machine: the JSON says how quiet it was
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    began = time.monotonic()
+    # A cluster of its own ("local"), never one another process started in the same Ray folder.
+    ray.init(address="local", num_cpus=8, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    running_update = deferral.running_update
     rows: list[dict[str, Any]] = []
     try:
         world = start_world(args)
-        capture_take_step(world)
+        arms: dict[tuple[str, int], Arm] = {}
         step = 1
         for repeat in range(args.repeats):
             for count in args.requests:
-                step += 1
-                row = run_step(step, count, world, args)
-                row["repeat"] = repeat
-                rows.append(row)
-                print(
-                    f"{count:>6} requests: generation {row['gen_s']:6.2f}s (model {row['model_gen_s']:.2f}s), "
-                    f"verl-split {row['overhead_s'] * 1000:7.1f} ms = {row['overhead_share']:.3%} (balancer "
-                    f"{row['balancer_own_s'] * 1000:.1f} ms); critic pool joined at {row['critic_pool_join_s']}, "
-                    f"took {row['critic_pool_share']:.1%} (model {row['model_critic_pool_share']:.1%}); lost "
-                    f"{row['lost']}, twice {row['served_twice']}, stale {row['stale_weights']}",
-                    flush=True,
-                )
-        fault = None
-        if not args.no_fault:
-            fault = run_step(step + 1, max(args.requests), world, args, kill_after_s=1.0)
-            print(f"fault: {json.dumps(fault)}", flush=True)
+                order = ARMS[repeat % len(ARMS) :] + ARMS[: repeat % len(ARMS)]  # no arm always first
+                for name in order:
+                    if (name, count) not in arms:
+                        arms[name, count] = Arm(name, count, world, args)
+                    step += 1
+                    row = run_step(arms[name, count], count, repeat, step, world, args)
+                    rows.append(row)
+                    print(
+                        f"{count:>6} requests, {name:>17}: generation {row['gen_s']:6.2f}s (model "
+                        f"{row['model_gen_s']:.2f}s), critic pool {row['critic_pool_share']:.1%}"
+                        + late_join_line(row)
+                        + f"; lost {row['lost']}, twice {row['served_twice']}, stale {row['stale_weights']}",
+                        flush=True,
+                    )
     finally:
+        deferral.running_update = running_update
         ray.shutdown()
-    planner = planner_rows(args.repeats)
+    planner = [] if args.no_planner else planner_rows(args.repeats)
     for row in planner:
         print(
             f"planner: {row['gpus']} GPUs ({row['nodes']} nodes) planned in {row['plan_s'] * 1000:.1f} ms (max "
@@ -479,22 +520,25 @@ def main(argv: list[str] | None = None) -> int:
             f"chosen in {row['choose_s'] * 1000:.1f} ms; pools {row['pools']}"
         )
     summary = summarise(rows, args.requests)
-    for count, figures in summary["per_requests"].items():
-        ms, share = figures["overhead_s"], figures["overhead_share"]
-        print(
-            f"{count:>6} requests, {args.repeats} repetitions: overhead {ms['median'] * 1000:.1f} ms "
-            f"[{ms['min'] * 1000:.1f}-{ms['max'] * 1000:.1f}], share {share['median']:.3%} "
-            f"[{share['min']:.3%}-{share['max']:.3%}] of generation {figures['gen_s']['median']:.1f}s"
-        )
-    print(f"overhead growth {max(args.requests)} / {min(args.requests)} requests: {summary['growth']:.1f}x")
+    print_summary(summary, args.repeats)
+    print(f"the whole run: {time.monotonic() - began:.0f}s")
     if args.json:
+        lengths = PUBLISHED_LENGTHS
         Path(args.json).write_text(
             json.dumps(
                 {
+                    "args": vars(args),
+                    "lengths": {
+                        "lognormal_mu": lengths.mu,
+                        "lognormal_sigma": lengths.sigma,
+                        "cap_tokens": lengths.cap,
+                        "mean_tokens": PUBLISHED_MEAN_TOKENS,
+                        "source": "step 1 of tests/support/data/deepseek7b_megatron_ppo_4gpu.log (control_plane_model)",
+                    },
                     "steps": rows,
-                    "planner": planner,
-                    "fault": fault,
                     "summary": summary,
+                    "planner": planner,
+                    "run_s": time.monotonic() - began,
                     "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()},
                 },
                 indent=1,
@@ -502,16 +546,6 @@ def main(argv: list[str] | None = None) -> int:
             + "\n"
         )
     return 0
-
-
-def summarise(rows: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
-    per = {}
-    for count in counts:
-        mine = [r for r in rows if r["requests"] == count]
-        per[count] = {key: spread([r[key] for r in mine]) for key in ("gen_s", "overhead_s", "overhead_share")}
-    low, high = min(counts), max(counts)
-    growth = per[high]["overhead_s"]["median"] / max(per[low]["overhead_s"]["median"], 1e-9)
-    return {"per_requests": per, "growth": growth, "join_model": join_pays.__doc__.splitlines()[0]}
 
 
 if __name__ == "__main__":

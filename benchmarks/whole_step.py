@@ -557,11 +557,11 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
         push = [steady_mean(rep, key, "split/shared_rollout_sync_s") for rep in reps]
         joined = [steady_mean(rep, key, "split/critic_pool_joined") for rep in reps]
         join_s = [steady_mean(rep, key, "split/critic_pool_join_s") for rep in reps]
-        saved = [steady_mean(rep, key, "split/shared_rollout_saved_s") for rep in reps]
+        saved = [steady_mean(rep, key, "split/shared_rollout_saved_estimate_s") for rep in reps]
         print(
             f"{TITLES[key]}: requests generated on the critic pool {cell(share)}, weight push {cell(push, '.3f')} s; "
-            f"steps the critic pool joined {cell(joined)}, {cell(join_s)} s after generation began, saving "
-            f"{cell(saved)} s of generation (median [min-max] of the per-step means)"
+            f"steps the critic pool joined {cell(joined)}, {cell(join_s)} s after generation began, saving an "
+            f"estimated {cell(saved)} s of generation (median [min-max] of the per-step means)"
         )
     if not any(r["kind"] == "phase" for r in rows):
         return

@@ -131,9 +131,9 @@ def test_the_update_table_shows_shared_rollouts_late_join_when_logged():
     base = {"split/critic_update_s": 3.0, "split/actor_update_s": 1.0, "split/update_wall_s": 3.0}
     base.update({"split/critic_update_deferred": 1.0, "timing_s/update_critic": 0.01, "timing_s/update_actor": 1.0})
     joined = {**base, "step": 2, "split/critic_pool_rollout_share": 0.25, "split/critic_pool_joined": 1.0}
-    joined.update({"split/critic_pool_join_s": 0.42, "split/shared_rollout_saved_s": 0.3})
+    joined.update({"split/critic_pool_join_s": 0.42, "split/shared_rollout_saved_estimate_s": 0.3})
     never = {**base, "step": 3, "split/critic_pool_rollout_share": 0.0, "split/critic_pool_joined": 0.0}
-    never["split/shared_rollout_saved_s"] = 0.0
+    never["split/shared_rollout_saved_estimate_s"] = 0.0
     rows = report.step_rows([joined, never])
     assert rows[0]["share"] == 0.25 and rows[0]["join_s"] == 0.42 and "join_s" not in rows[1]
     lines = report.summary_table(rows).splitlines()

@@ -49,9 +49,9 @@ CRITIC_POOL_JOINED = "split/critic_pool_joined"
 CRITIC_POOL_JOIN_S = "split/critic_pool_join_s"
 #: How long the end of generation waited for a late join still under way (a join the rate model misjudged).
 CRITIC_POOL_JOIN_WAIT_S = "split/critic_pool_join_wait_s"
-#: What the rate model expected a late join to save when it decided (late_join.join_pays); 0 when it sat out.
-CRITIC_POOL_JOIN_FORECAST_SAVED_S = "split/critic_pool_join_forecast_saved_s"
-SHARED_ROLLOUT_SAVED_S = "split/shared_rollout_saved_s"
+#: An estimate, not a measurement: what the actor pool alone would have needed for the critic pool's requests
+#: too, at the rate it kept in the step (exact for one-request-at-a-time servers; overstated for batching ones).
+SHARED_ROLLOUT_SAVED_ESTIMATE_S = "split/shared_rollout_saved_estimate_s"
 
 
 def pool_gpus(role: str) -> str:

@@ -175,7 +175,7 @@ def _shared_rollout(step: dict[str, Any]) -> dict[str, float]:
         "share": names.CRITIC_POOL_ROLLOUT_SHARE,
         "joined": names.CRITIC_POOL_JOINED,
         "join_s": names.CRITIC_POOL_JOIN_S,
-        "saved_s": names.SHARED_ROLLOUT_SAVED_S,
+        "saved_s": names.SHARED_ROLLOUT_SAVED_ESTIMATE_S,
         "push_s": names.SHARED_ROLLOUT_SYNC_S,
     }
     return {key: float(step[name]) for key, name in keys.items() if step.get(name) is not None}
@@ -223,7 +223,8 @@ def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[st
         lines.append(
             "shared rollout: critic pool gen = the step's requests its replicas generated; joined at = seconds "
             "after the step's first request when the critic pool opened (0: from the start; - : it never joined, "
-            "the critic's update outlasted generation); saved = generation time it saved, at the actor pool's rate"
+            "the critic's update outlasted generation); saved = an estimate of the generation time it saved: its "
+            "requests at the actor pool's rate"
         )
     return "\n".join(lines)
 

@@ -187,7 +187,9 @@ def late_run(path: Path, profile: Profile, a: int, c: int, sync: float, push: fl
         if model.joined:
             data["split/critic_pool_join_s"] = model.join_s
             data["split/shared_rollout_sync_s"] = push
-            data["split/shared_rollout_saved_s"] = model.gen_s * model.critic_pool_share / (1 - model.critic_pool_share)
+            data["split/shared_rollout_saved_estimate_s"] = (
+                model.gen_s * model.critic_pool_share / (1 - model.critic_pool_share)
+            )
         data["timing_s/step"] = model.gen_s + data["split/prep_wall_s"] + 0.01 + ua + sync + 1.0
         records.append(data)
     return write_run(path, records)
@@ -198,7 +200,7 @@ def test_a_late_join_run_gives_the_push_but_not_its_mixed_generation(tmp_path, c
     run = read_run(path, CLUSTER)
     assert run.late_join and run.layout.endswith("shared rollout joined late, critic update deferred")
     # Every step joined part-way: its generation is neither pool size's, and the saving that would convert it
-    # (split/shared_rollout_saved_s) is an estimate: issue 34, never a measurement in the fit.
+    # (split/shared_rollout_saved_estimate_s) is an estimate: issue 34, never a measurement in the fit.
     assert "gen" not in run.lanes and run.gen_both is None
     assert any(
         "0 on the actor pool's 4 GPUs, 0 on both pools' 8, 4 joined part-way and left out" in n for n in run.notes
@@ -225,7 +227,7 @@ def test_a_shared_run_whose_critic_pool_was_there_from_the_start_is_no_late_join
     for _ in range(4):
         data = split_step(CRITIC_HEAVY, 4, 4)
         data.update({"split/critic_pool_rollout_share": 0.5, "split/critic_pool_joined": 1.0})
-        data.update({"split/critic_pool_join_s": 0.0, "split/shared_rollout_saved_s": 1.0})
+        data.update({"split/critic_pool_join_s": 0.0, "split/shared_rollout_saved_estimate_s": 1.0})
         records.append(data)
     run = read_run(write_run(tmp_path / "shared.jsonl", records), CLUSTER)
     assert not run.late_join and run.shared_rollout and run.gpus_of("gen") == 8
@@ -242,8 +244,8 @@ def test_the_candidates_rank_both_only_beside_a_shared_row():
 
 
 def test_only_steps_on_one_pool_size_fit_generation_never_the_saved_estimate(tmp_path):
-    """Issue 34: split/shared_rollout_saved_s is the runtime's linear-rate estimate. A step whose critic pool never
-    joined measured the actor pool's generation, one whose pool was there from the start both pools'; only those
+    """Issue 34: split/shared_rollout_saved_estimate_s is the runtime's linear-rate estimate. A step whose critic pool
+    never joined measured the actor pool's generation, one whose pool was there from the start both pools'; only those
     enter the fit, and a bogus saving changes nothing."""
     records = []
     for i in range(6):
@@ -252,7 +254,7 @@ def test_only_steps_on_one_pool_size_fit_generation_never_the_saved_estimate(tmp
         gen = {"never": lane(CRITIC_HEAVY, "gen", 4), "start": lane(CRITIC_HEAVY, "gen", 8), "late": 99.0}[kind]
         data.update({"timing_s/gen": gen, "split/critic_pool_rollout_share": 0.0 if kind == "never" else 0.4})
         data.update({"split/critic_pool_joined": 0.0 if kind == "never" else 1.0, "split/critic_update_deferred": 1.0})
-        data.update({"split/critic_join_wait_s": 0.0, "split/shared_rollout_saved_s": 1000.0})
+        data.update({"split/critic_join_wait_s": 0.0, "split/shared_rollout_saved_estimate_s": 1000.0})
         data["split/critic_pool_join_s"] = {"never": 0.0, "start": 0.0, "late": 3.0}[kind]
         records.append(data)
     run = read_run(write_run(tmp_path / "mixed.jsonl", records), CLUSTER)

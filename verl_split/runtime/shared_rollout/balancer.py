@@ -38,6 +38,8 @@ from typing import Any
 # _servers, _inflight_requests and _request_id_to_server (read below).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
+from verl_split.runtime.shared_rollout.late_join import recent_releases
+
 # verl 0.8.0 defines it as a Ray actor class (@ray.remote, in llm_server.py), which Ray does not let a class
 # inherit from: the plain class under it, the one 0.9 defines.
 VerlBalancer: type = getattr(GlobalRequestLoadBalancer, "__ray_actor_class__", GlobalRequestLoadBalancer)
@@ -57,6 +59,7 @@ class SharedRolloutBalancer(VerlBalancer):
         #: Requests waiting for a slot, in arrival order, each with the future its acquire awaits.
         self._waiting: deque[tuple[str, asyncio.Future]] = deque()
         self._released = 0  # requests ended since the last take_step
+        self._release_times: list[float] = []  # when each of them ended: the late join's recent rate
         #: CPU seconds of the actor's thread in this class's own routing (queueing, handing out, gating) since the
         #: last take_step: verl-split's cost on the request path, beside verl's own, counted as CPU time so that
         #: other processes on the machine do not inflate it (benchmarks/control_plane.py reads it).
@@ -110,13 +113,18 @@ class SharedRolloutBalancer(VerlBalancer):
 
     def progress(self) -> dict[str, Any]:
         """The step so far, for the late join's decision (``late_join.join_pays``): requests routed, ended and
-        queued, and seconds since the step's first request (None before it)."""
-        since = None if self._first_acquire is None else time.monotonic() - self._first_acquire
+        queued, seconds since the step's first request (None before it), and the recent rate: requests ended
+        recently over the seconds they ended in (``late_join.recent_releases``)."""
+        now = time.monotonic()
+        since = None if self._first_acquire is None else now - self._first_acquire
+        recent, recent_s = recent_releases(self._release_times, now, since)
         return {
             "routed": sum(self._routed.values()),
             "released": self._released,
             "queued": len(self._waiting),
             "since_first_s": since,
+            "recent_released": recent,
+            "recent_s": recent_s,
         }
 
     def take_step(self) -> dict[str, Any]:
@@ -128,6 +136,7 @@ class SharedRolloutBalancer(VerlBalancer):
         step = {"routed": routed, "generation_s": wall, "opened_after_s": self._opened_after, "own_s": self._own_s}
         self._first_acquire = self._last_release = self._opened_after = None
         self._released = 0
+        self._release_times = []
         self._own_s = 0.0
         return step
 
@@ -137,6 +146,7 @@ class SharedRolloutBalancer(VerlBalancer):
         routed, self._routed = dict(self._routed), Counter()
         self._first_acquire = self._last_release = None
         self._released = 0
+        self._release_times = []
         if self._opened_after is not None:
             self._opened_after = 0.0
         return routed
@@ -168,6 +178,7 @@ class SharedRolloutBalancer(VerlBalancer):
         VerlBalancer.release_server(self, server_id)
         self._last_release = self._progress[server_id] = time.monotonic()
         self._released += 1
+        self._release_times.append(self._last_release)
         if self._waiting:
             self._hand_out(at_most=1)  # a release frees one slot: looking further would only scan for nothing
 

@@ -11,22 +11,33 @@ run, named.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
 
 from verl_split.core import metric_names as names
+from verl_split.core import settings
 from verl_split.core.errors import VerlSplitError
 from verl_split.runtime.shared_rollout.balancer import caps_for_late_join
-from verl_split.runtime.shared_rollout.late_join import JoinForecast, LateJoin, every_rank_done, join_pays
+from verl_split.runtime.shared_rollout.late_join import (
+    JoinForecast,
+    JoinRecord,
+    LateJoin,
+    every_rank_done,
+    join_pays,
+)
 
 SHARE_METRIC = names.CRITIC_POOL_ROLLOUT_SHARE
 SYNC_METRIC = names.SHARED_ROLLOUT_SYNC_S
 #: The least of an even share the actor-pool servers leave queued for a late critic pool: a step where
 #: the critic pool came too late to take anything still leaves it a quarter of its share to find out.
 MIN_REACH = 0.25
+#: The most any call to the balancer actor may take (it answers in milliseconds; a busy one in seconds): a
+#: balancer that stopped answering stops the run with Ray's timeout instead of hanging it.
+BALANCER_TIMEOUT_S = 600.0
 
 
 class SharedRolloutError(VerlSplitError):
@@ -50,6 +61,7 @@ class BothPoolsCheckpointManager:
         requests_per_step: int = 0,
         server_concurrency: int | None = None,
         late_join: bool = True,
+        ask_rate_model: bool = True,
     ) -> None:
         self._trainer = trainer
         self.hybrid = hybrid
@@ -65,6 +77,10 @@ class BothPoolsCheckpointManager:
         #: With a critic update still running at the sync: the critic pool joins late (True), or sits the
         #: step's generation out (False: ``VERL_SPLIT_LATE_JOIN``, off on GPUs until it has run there).
         self._late_join = late_join
+        #: The late join asks the rate model whether a join pays (False: it joins whenever the critic's update ends
+        #: before generation does: a forced decision, for a harness; ``VERL_SPLIT_LATE_JOIN=always`` forces it for a
+        #: run). A join that does not pay then lengthens the step by its push.
+        self._ask_rate_model = ask_rate_model
         self._late: LateJoin | None = None
         self._shared_awake = False
         #: The rate model's cost of a join: the last wake-up and push measured, except the run's first. The first
@@ -72,12 +88,36 @@ class BothPoolsCheckpointManager:
         #: pushes took 0.11 s) and no estimate of the next; until a second push there is none (join_pays).
         self._push_s: float | None = None
         self._pushes = 0
+        #: A validation pass is generating (``validating``): the late join's rate model is not asked meanwhile.
+        self._validating = False
+        #: The last generation's late join (None: the step had none) and the balancer's account of it
+        #: (``take_step``), once the generation ended: what the step's metrics and the benchmark read.
+        self.last_join: JoinRecord | None = None
+        self.last_account: dict[str, Any] = {}
         #: A push made at a weight sync, logged with the step that generates with those weights (at its
         #: sleep_replicas), as a late join's push is: each step's record has the push of its own weights.
         self._push_to_log: float | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.hybrid, name)
+
+    @property
+    def push_estimate_s(self) -> float | None:
+        """The wake-up and push the late join's rate model weighs a join against: the last measured, the run's
+        first (cold) left out; None until a second push."""
+        return self._push_s
+
+    @contextlib.contextmanager
+    def validating(self) -> Iterator[None]:
+        """Around a validation pass (``hooks.wrap_validate``): a late join decided meanwhile does not ask the rate
+        model (the requests it would count are validation's, and the step's generation is all ahead), and the
+        pass's requests are dropped from the step's count at its end (``take_routed``)."""
+        self._validating = True
+        try:
+            yield
+        finally:
+            self._validating = False
+            self.take_routed()
 
     @property
     def replicas(self) -> list[Any]:
@@ -125,7 +165,7 @@ class BothPoolsCheckpointManager:
         started = time.perf_counter()
         self._wake_and_push(global_steps)
         if self._balancer is not None:
-            ray.get(self._balancer.ungate.remote())
+            ray.get(self._balancer.ungate.remote(), timeout=BALANCER_TIMEOUT_S)
         self._push_to_log = time.perf_counter() - started
         self._measured_push(self._push_to_log)
         return self.hybrid.update_weights(global_steps)
@@ -146,37 +186,41 @@ class BothPoolsCheckpointManager:
 
     def _sync_and_sit_out(self, global_steps: int | None) -> Any:
         """The critic's update runs on: the actor pool generates this step alone, the critic pool sleeps on."""
-        ray.get(self._balancer.gate.remote(parked=sorted(self._shared_servers), caps={}))
+        ray.get(self._balancer.gate.remote(parked=sorted(self._shared_servers), caps={}), timeout=BALANCER_TIMEOUT_S)
         return self.hybrid.update_weights(global_steps)
 
     def _sync_then_join_late(self, critic_update: Any, global_steps: int | None) -> Any:
         """The actor pool generates at once; the critic pool joins when the critic's update is done, if it pays."""
         shared = sorted(self._shared_servers)
         caps = caps_for_late_join(self._requests, self._hybrid_servers, shared, self._reach, self._concurrency)
-        ray.get(self._balancer.gate.remote(parked=shared, caps=caps))
+        ray.get(self._balancer.gate.remote(parked=shared, caps=caps), timeout=BALANCER_TIMEOUT_S)
 
-        def join() -> None:
+        def push() -> None:
             self._wake_and_push(global_steps)
-            ray.get(self._balancer.open.remote(shared))
+
+        def open_servers() -> None:
+            ray.get(self._balancer.open.remote(shared), timeout=BALANCER_TIMEOUT_S)
 
         def forecast() -> JoinForecast:
-            progress = ray.get(self._balancer.progress.remote())
+            if self._validating:
+                return JoinForecast(
+                    True, self._requests, None, None, 0.0, "a validation pass generates: the step's generation is ahead"
+                )
+            progress = ray.get(self._balancer.progress.remote(), timeout=BALANCER_TIMEOUT_S)
             return join_pays(self._requests, progress, len(self._hybrid_servers), len(shared), self._push_s)
 
         def skip() -> None:  # the caps held requests back for a critic pool that will not come; it stays parked
-            ray.get(self._balancer.lift_caps.remote())
-
-        from verl_split.core import settings
+            ray.get(self._balancer.lift_caps.remote(), timeout=BALANCER_TIMEOUT_S)
 
         result = self.hybrid.update_weights(global_steps)
         self._late = LateJoin(
             critic_update,
-            join,
+            push,
+            open_servers,
             global_steps,
             ranks_done=lambda: every_rank_done(self._critic_workers()),
-            # VERL_SPLIT_LATE_JOIN=always: the rate model is not asked, the critic pool joins whenever its update
-            # ends before generation does (tests and measurements force the decision with it).
-            forecast=None if settings.current().late_join_always else forecast,
+            # VERL_SPLIT_LATE_JOIN=always forces the decision for a run, as ask_rate_model=False does for a harness.
+            forecast=forecast if self._ask_rate_model and not settings.current().late_join_always else None,
             skip=skip,
         )
         self._late.start()
@@ -205,18 +249,26 @@ class BothPoolsCheckpointManager:
 
     def take_step(self) -> dict[str, Any]:
         """The balancer's account of the step (empty under a custom router): ``balancer.take_step``."""
-        return ray.get(self._balancer.take_step.remote()) if self._balancer is not None else {}
+        return (
+            ray.get(self._balancer.take_step.remote(), timeout=BALANCER_TIMEOUT_S) if self._balancer is not None else {}
+        )
 
     def take_routed(self) -> dict[str, int]:
         """Requests routed per server since the last call, forgotten (a validation pass's); the step's join
         time is kept (``balancer.take_routed``). Empty under a custom router."""
-        return ray.get(self._balancer.take_routed.remote()) if self._balancer is not None else {}
+        return (
+            ray.get(self._balancer.take_routed.remote(), timeout=BALANCER_TIMEOUT_S)
+            if self._balancer is not None
+            else {}
+        )
 
     def sleep_replicas(self) -> None:
         late, joined = self._finish_late()
         self.hybrid.sleep_replicas()
         self._sleep_shared()
-        metrics = self._step_metrics(self.take_step(), late, joined)
+        self.last_join = None if late is None else late.record()
+        self.last_account = self.take_step()
+        metrics = self._step_metrics(self.last_account, late, joined)
         if self._push_to_log is not None:  # pushed at the sync before this generation (a late join's: in metrics)
             metrics.setdefault(SYNC_METRIC, self._push_to_log)
             self._push_to_log = None
@@ -235,16 +287,15 @@ class BothPoolsCheckpointManager:
             if opened is not None:
                 metrics[names.CRITIC_POOL_JOIN_S] = opened
         if generation_s and total > on_critic_pool:
-            # What the actor pool alone would have needed for the critic pool's requests too, at the rate it
-            # kept (an estimate: exact for the CPU rollout's one-at-a-time servers, rough for batching ones).
-            metrics[names.SHARED_ROLLOUT_SAVED_S] = generation_s * on_critic_pool / (total - on_critic_pool)
+            # An estimate, named so: what the actor pool alone would have needed for the critic pool's requests too,
+            # at the rate it kept. Exact for the CPU rollout's one-at-a-time servers; a batching server (vLLM) runs
+            # more requests at once for little more time, so there it overstates the saving.
+            metrics[names.SHARED_ROLLOUT_SAVED_ESTIMATE_S] = generation_s * on_critic_pool / (total - on_critic_pool)
         if late is not None:
             if late.push_s is not None:
                 metrics[SYNC_METRIC] = late.push_s
             if late.finish_wait_s:
                 metrics[names.CRITIC_POOL_JOIN_WAIT_S] = late.finish_wait_s
-            if late.forecast is not None:
-                metrics[names.CRITIC_POOL_JOIN_FORECAST_SAVED_S] = late.forecast.saved_s
             even = len(self._shared_servers) / max(len(self._shared_servers) + len(self._hybrid_servers), 1)
             self._reach = min(1.0, max(MIN_REACH, (on_critic_pool / total) / even))
         return metrics

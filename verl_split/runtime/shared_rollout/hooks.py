@@ -26,7 +26,8 @@ actor pool's replicas in-process, the metrics to verl's tracker):
 Both trainers:
 
 * ``wrap_validate`` -- ``_validate``: the requests of a validation pass do not count in the next step's
-  ``split/critic_pool_rollout_share``.
+  ``split/critic_pool_rollout_share``, and a late join decided during the pass does not ask the rate model
+  (``both_pools.BothPoolsCheckpointManager.validating``).
 
 Only when shared rollout is on; the run was validated before Ray started (the planner). ``coordinator.py``
 imports verl modules that not every release has (its balancer's module moved in 0.9.1), so it is imported
@@ -113,11 +114,12 @@ def wrap_get_client(wrapped, instance, args, kwargs):
 
 
 def wrap_validate(wrapped, instance, args, kwargs):
-    result = wrapped(*args, **kwargs)
-    take_routed = getattr(getattr(instance, "checkpoint_manager", None), "take_routed", None)
-    if take_routed is not None:
-        take_routed()  # drop the validation's requests
-    return result
+    # The late join's rate model is not asked during the pass, and its requests are dropped from the step's count.
+    validating = getattr(getattr(instance, "checkpoint_manager", None), "validating", None)
+    if validating is None:
+        return wrapped(*args, **kwargs)
+    with validating():
+        return wrapped(*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------- what RayPPOTrainer's path adds

@@ -152,7 +152,8 @@ def build_model(runs: Sequence[Run]) -> CostModel:
     if "gen" not in lanes:
         raise AdviseError(
             "no run measured generation on one pool size: every step of the late-join runs had the critic pool join "
-            "part-way (split/shared_rollout_saved_s, which would convert it, is an estimate, not a measurement). "
+            "part-way (split/shared_rollout_saved_estimate_s, which would convert it, is an estimate, not a "
+            "measurement). "
             "Add a stock run or a split run without shared rollout."
         )
     fixed = sum(run.fixed.mean for run in runs) / len(runs)

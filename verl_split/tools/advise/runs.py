@@ -16,7 +16,7 @@ A run with shared rollout (rollout replicas on the critic pool too) whose critic
 
 With the deferral on too, a critic pool that did not open with the weight sync joins generation late
 (``split/critic_pool_joined``, ``split/critic_pool_join_s``): only its steps on one pool size measure generation
-(``generation_pools``; ``split/shared_rollout_saved_s`` is an estimate); its push ran beside generation.
+(``generation_pools``; ``split/shared_rollout_saved_estimate_s`` is an estimate); its push ran beside generation.
 
 A run with the critic's update deferred (``defer_critic`` in ``VERL_SPLIT_OVERLAP``) logs
 ``split/critic_update_deferred``, ``split/critic_update_hidden_s`` and ``split/critic_join_wait_s``: its
@@ -66,7 +66,7 @@ PUSH_S = names.SHARED_ROLLOUT_SYNC_S
 #: step's first request; 0 when there from the start), and the generation time it saved at the actor pool's rate.
 JOINED = names.CRITIC_POOL_JOINED
 JOIN_S = names.CRITIC_POOL_JOIN_S
-SAVED_S = names.SHARED_ROLLOUT_SAVED_S
+SAVED_S = names.SHARED_ROLLOUT_SAVED_ESTIMATE_S
 #: The deferred critic update (``defer_critic``): its hidden part, the trainer's wait at its join.
 HIDDEN_S = names.CRITIC_UPDATE_HIDDEN_S
 JOIN_WAIT_S = names.CRITIC_JOIN_WAIT_S
@@ -200,7 +200,7 @@ class Run:
             "late_join": self.late_join,
             "critic_pool_joined": spread(self.joined),
             "critic_pool_join_s": spread(self.join_at),
-            "shared_rollout_saved_s": spread(self.saved),
+            "shared_rollout_saved_estimate_s": spread(self.saved),
             "job_config_source": self.job_source or None,
             "kept_apart": {
                 work.what: {
@@ -374,7 +374,7 @@ def generation_pools(step: Mapping[str, Any]) -> str | None:
     """Which pools a late-join run's step generated on, as measured: "actor" (the critic pool never joined),
     "both" (it was there from the step's start), or None (it joined part-way: a mix of the two rates).
 
-    A mixed step's ``timing_s/gen`` is neither pool size's time. ``split/shared_rollout_saved_s``, which would
+    A mixed step's ``timing_s/gen`` is neither pool size's time. ``split/shared_rollout_saved_estimate_s``, which would
     turn it into the actor pool's, is verl-split's own estimate at the actor pool's rate (a linear rate the
     runtime calls rough), so it never enters the fit as a measurement."""
     joined, at = number(step.get(JOINED)), number(step.get(JOIN_S))
