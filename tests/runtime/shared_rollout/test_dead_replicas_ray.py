@@ -79,7 +79,8 @@ def test_the_late_join_waits_for_a_critic_rank_verl_does_not_collect_from(local_
     collected: concurrent.futures.Future = concurrent.futures.Future()
     collected.set_result(ray.get(ends[0]))  # what verl's future gives: rank 0 is done, rank 1 still updates
     woken = []
-    late = LateJoin(collected, lambda: woken.append(time.time()), 3, ranks_done=lambda: every_rank_done(ranks))
+    push, open_servers = lambda: woken.append(time.time()), lambda: None
+    late = LateJoin(collected, push, open_servers, 3, ranks_done=lambda: every_rank_done(ranks))
     late.start()
     late._done.wait(30)
     assert woken and woken[0] >= ray.get(ends[1])  # not before the slow rank's update ended
