@@ -58,8 +58,9 @@ class SharedRolloutBalancer(VerlBalancer):
         self._caps: dict[str, int] = {}
         #: Requests waiting for a slot, in arrival order, each with the future its acquire awaits.
         self._waiting: deque[tuple[str, asyncio.Future]] = deque()
-        self._released = 0  # requests ended since the last take_step
-        self._release_times: list[float] = []  # when each of them ended: the late join's recent rate
+        #: When each request ended since the last take_step (their count is the step's releases): the late join's
+        #: recent rate.
+        self._release_times: list[float] = []
         #: CPU seconds of the actor's thread in this class's own routing (queueing, handing out, gating) since the
         #: last take_step: verl-split's cost on the request path, beside verl's own, counted as CPU time so that
         #: other processes on the machine do not inflate it (benchmarks/control_plane.py reads it).
@@ -120,7 +121,7 @@ class SharedRolloutBalancer(VerlBalancer):
         recent, recent_s = recent_releases(self._release_times, now, since)
         return {
             "routed": sum(self._routed.values()),
-            "released": self._released,
+            "released": len(self._release_times),
             "queued": len(self._waiting),
             "since_first_s": since,
             "recent_released": recent,
@@ -135,7 +136,6 @@ class SharedRolloutBalancer(VerlBalancer):
             wall = max(self._last_release - self._first_acquire, 0.0)
         step = {"routed": routed, "generation_s": wall, "opened_after_s": self._opened_after, "own_s": self._own_s}
         self._first_acquire = self._last_release = self._opened_after = None
-        self._released = 0
         self._release_times = []
         self._own_s = 0.0
         return step
@@ -145,7 +145,6 @@ class SharedRolloutBalancer(VerlBalancer):
         pass's). A critic pool that opened meanwhile is there from the next request on: it joined at 0 s."""
         routed, self._routed = dict(self._routed), Counter()
         self._first_acquire = self._last_release = None
-        self._released = 0
         self._release_times = []
         if self._opened_after is not None:
             self._opened_after = 0.0
@@ -177,7 +176,6 @@ class SharedRolloutBalancer(VerlBalancer):
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
         VerlBalancer.release_server(self, server_id)
         self._last_release = self._progress[server_id] = time.monotonic()
-        self._released += 1
         self._release_times.append(self._last_release)
         if self._waiting:
             self._hand_out(at_most=1)  # a release frees one slot: looking further would only scan for nothing
