@@ -121,6 +121,7 @@ class Run:
     format: str = ""
     cluster: Cluster | None = None
     layout_source: str = ""
+    cluster_source: str = ""  # where ``cluster`` came from: the log (its config or command), or the flags
     #: verl's weight sync after the actor update; a deferred critic update's hidden part and join wait.
     sync: Spread | None = None
     hidden: Spread | None = None
@@ -312,6 +313,7 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         format=log.format,
         cluster=layout.cluster,
         layout_source=layout.pools_source,
+        cluster_source=layout.cluster_source,
         sync=Spread.of_any(syncs),
         hidden=Spread.of_any(hidden),
         join_wait=Spread.of_any(waits),
