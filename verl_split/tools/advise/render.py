@@ -208,6 +208,14 @@ def recommendation_lines(advice: Advice, verbose: bool) -> list[str]:
             "  ",
             "    ",
         )
+    unfit = advice.stock_fit
+    if unfit is not None and unfit.predicted_step_s is not None and unfit.predicted_step_s < best.prediction.step_s:
+        out += _wrap(
+            f"but stock verl with {unfit.overrides()} (the same optimisation in smaller micro-batches) is predicted "
+            f"at {unfit.predicted_step_s:.2f} s a step, faster than every split that fits: see the summary below",
+            "  ",
+            "    ",
+        )
     out += rollout_tp_line(advice)
     if not verbose:
         return out

@@ -78,13 +78,7 @@ def assumed_cluster_flags(runs: Sequence[Run]) -> list[str]:
         others = {size for other in runs if other is not run for size in (other.actor_gpus, other.critic_gpus)}
         alone = others and run.actor_gpus not in others
         lines.append(
-            f"{run.path}: its log does not say its GPUs; taken as the flags' {run.actor_gpus}"
-            + (
-                ", the only second pool size the fit has: the scaling rests on that assumption"
-                if alone
-                else ", which nothing else checks"
-            )
-            + ". If it ran on other GPUs, advise from a log that prints its config (or add trainer.nnodes and "
-            "trainer.n_gpus_per_node to its command)."
+            f"{run.path}: its log does not say its GPUs, taken as the flags' {run.actor_gpus}"
+            + (", the fit's only second pool size: the scaling rests on that assumption" if alone else "")
         )
     return lines

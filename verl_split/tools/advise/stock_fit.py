@@ -19,7 +19,7 @@ from typing import Any
 
 from verl_split.core.errors import PlacementError
 from verl_split.placement import Cluster, Requirements, plan_placement
-from verl_split.placement.batch import batch_problems, data_parallel_sizes, nearest_fits
+from verl_split.placement.batch import batch_problems, data_parallel_sizes, joint_fits, nearest_fits
 from verl_split.placement.model import (
     ACTOR_MICRO,
     ACTOR_MICRO_GLOBAL,
@@ -30,6 +30,7 @@ from verl_split.placement.model import (
     LOG_PROB_MICRO,
     REF_GLOBAL,
     REF_MICRO,
+    TRAIN_BATCH,
     BatchConfig,
 )
 from verl_split.tools.advise.candidates import STOCK
@@ -58,6 +59,8 @@ class StockFit:
     problems: tuple[str, ...]  # each broken rule: the role, its ranks, the numbers
     #: key -> the nearest values, below and above, that break no rule involving the key.
     nearest: tuple[tuple[str, tuple[int, ...]], ...]
+    #: For a key no value of which fits alone: the key with the train batch size (``key=v with train=w``).
+    joint: tuple[str, ...] = ()
     #: The micro-batch sizes that alone let stock fit (the same optimisation); empty when none do.
     micro: tuple[tuple[str, int], ...] = ()
     #: The model's step for stock with ``micro``; None without them.
@@ -67,7 +70,8 @@ class StockFit:
         return " ".join(f"{key}={value}" for key, value in self.micro)
 
     def nearest_text(self) -> str:
-        return ", or ".join(f"{key}={' or '.join(str(v) for v in values)}" for key, values in self.nearest if values)
+        single = [f"{key}={' or '.join(str(v) for v in values)}" for key, values in self.nearest if values]
+        return ", or ".join([*single, *self.joint])
 
     def headline(self) -> str:
         """One line: stock does not fit, why, and what would."""
@@ -83,6 +87,7 @@ class StockFit:
             "fits": False,
             "problems": list(self.problems),
             "nearest": {key: list(values) for key, values in self.nearest},
+            "nearest_with_train_batch": list(self.joint),
             "micro_batches_that_fit": dict(self.micro) or None,
             "predicted_step_s_with_them": self.predicted_step_s,
         }
@@ -111,8 +116,10 @@ def stock_fit(cluster: Cluster, requirements: Requirements) -> StockFit | None:
     for problem in found:
         for key in problem.keys:
             nearest.setdefault(key, tuple(nearest_fits(batch, dp, key)))
-    texts = tuple(f"the {p.role}'s {p.text} ({dp.get(p.role, '?')} data-parallel ranks)" for p in found)
-    return StockFit(cluster, texts, tuple(nearest.items()), micro_batches_that_fit(plan, batch))
+    alone = [key for key, values in nearest.items() if not values and key != TRAIN_BATCH]
+    joint = tuple(pair for key in alone for pair in joint_fits(batch, dp, key))
+    texts = tuple(f"{p.role} on {dp.get(p.role, '?')} data-parallel ranks: {p.text}" for p in found)
+    return StockFit(cluster, texts, tuple(nearest.items()), joint, micro_batches_that_fit(plan, batch))
 
 
 def micro_batches_that_fit(plan: Any, batch: BatchConfig) -> tuple[tuple[str, int], ...]:
