@@ -51,11 +51,12 @@ def render_text(advice: Advice, verbose: bool = False) -> str:
         out += model_lines(advice)
     out += table_lines(advice, verbose)
     out += recommendation_lines(advice, verbose)
-    out.append("")
-    out += [line for flag in advice.flags for line in _wrap(f"check: {flag}", "", "  ")]
     if not verbose:
         out.append("(--verbose: each run's lanes, the fitted model, every refusal's reason and assumption)")
-    out += summary_lines(advice)
+    out.append("")
+    out += [line for flag in advice.flags for line in _wrap(f"check: {flag}", "", "  ")]
+    # Three items, each wrapped under its label: what to use, what it gains and how sure, the run to do next.
+    out += [line for item in summary_lines(advice) for line in _wrap(item, "", "    ")]
     return "\n".join(out)
 
 

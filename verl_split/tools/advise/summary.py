@@ -3,10 +3,10 @@ do next. The details above them say why; this is what a user acts on.
 
 Confidence, from what the prediction rests on:
 
-* **low**: a lane's scaling is assumed (measured on one pool size), the fit rests on a cluster the log does not
-  say, or the runs are of different jobs;
-* **medium**: fitted, but the runner-up is within the runs' step-to-step spread, the recommendation is a switch
-  not measured on GPUs (``+defer``, ``+shared``), or stock has no baseline on this cluster;
+* **low**: a lane's scaling is assumed (measured on one pool size), or the runs are of different jobs;
+* **medium**: fitted, but on a pool size the flags gave (the run's log does not say its GPUs), or the runner-up is
+  within the runs' step-to-step spread, or the recommendation is a switch not measured on GPUs (``+defer``,
+  ``+shared``), or stock has no baseline on this cluster;
 * **high**: fitted to two or more pool sizes, a clear margin, nothing assumed of the runs.
 """
 
@@ -24,13 +24,13 @@ def confidence(advice: Advice) -> tuple[str, str]:
     low = []
     if advice.model.assumed():
         low.append("scaling assumed from one pool size")
-    if any("the scaling rests on that assumption" in flag for flag in advice.flags):
-        low.append("a run's GPUs assumed")
     if any(flag.startswith("the runs are of different jobs") for flag in advice.flags):
         low.append("runs of different jobs")
     if low:
         return LOW, ", ".join(low)
     medium = []
+    if any("the scaling rests on that assumption" in flag for flag in advice.flags):
+        medium.append("a run's GPUs taken from the flags")
     if advice.caveat:
         medium.append("the runner-up is within the runs' spread")
     if best.deferred or best.shared_rollout:
@@ -73,8 +73,6 @@ def next_run(advice: Advice) -> str:
     """The run that would most improve the advice: the one that replaces an assumption, else one that checks it."""
     if advice.next_run:
         return advice.next_run
-    if any("the scaling rests on that assumption" in flag for flag in advice.flags):
-        return "the same job with its GPUs in its log (its printed config, or trainer.n_gpus_per_node on its command)"
     best = advice.recommended
     if best.placement == STOCK:
         return "none needed; a split run with VERL_SPLIT_OVERLAP=off would test the prediction"
