@@ -149,7 +149,9 @@ def test_an_unknown_push_lists_both_with_its_break_even(tmp_path, capsys):
     push = advice.break_even_push_s(both)
     assert both.prediction.late.with_push(push).step_s == pytest.approx(advice.recommended.prediction.step_s, abs=1e-4)
     assert advice.choice.both_break_even_push_s and advice.choice.both_saves_s is None
-    assert main(["advise", "--verbose", str(tmp_path / "stock.jsonl"), str(tmp_path / "split.jsonl"), *CLUSTER_ARGS]) == 0
+    assert (
+        main(["advise", "--verbose", str(tmp_path / "stock.jsonl"), str(tmp_path / "split.jsonl"), *CLUSTER_ARGS]) == 0
+    )
     out = capsys.readouterr().out
     assert f"{both.name} " in out and f"with a free push: under {push:.2f} s" in out
 
