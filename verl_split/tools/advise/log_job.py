@@ -29,6 +29,7 @@ OVERRIDES = "the overrides echoed in the log's command"
 #: value's line; the command often runs an example script with the overrides as one quoted argument.
 _HEADER_RE = re.compile(r"^command:[ \t]*\r?\n(.+)$", re.M)
 HEADER_LINES = 40  # the heading is at the log's head
+HEADER_CHARS = 64_000  # enough for those lines: a long log is not split into lines to find them
 #: The trainer's module in a command line.
 _ENTRY_RE = re.compile(r"verl\.trainer\.main_\w+")
 #: A shell assignment a ``set -x`` trace or a script's head shows: ``+ TP=4``, ``export TP=4``, ``TP=4``.
@@ -86,7 +87,7 @@ def overrides_from_text(text: str) -> tuple[dict[str, Any] | None, list[str]]:
         variables = _assignments(text[: matches[-1].start()])
         tokens = _tokens(command)
     else:
-        head = _HEADER_RE.search("\n".join(text.splitlines()[:HEADER_LINES]))
+        head = _HEADER_RE.search("\n".join(text[:HEADER_CHARS].splitlines()[:HEADER_LINES]))
         if head is None:
             return None, []
         # A script's argument that holds several overrides (one quoted string) counts as its overrides.

@@ -19,10 +19,11 @@ from typing import Any
 
 from verl_split.core.errors import PlacementError
 from verl_split.placement import Cluster, Requirements, plan_placement
-from verl_split.placement.batch import batch_problems, data_parallel_sizes, joint_fits, nearest_fits
+from verl_split.placement.batch import SEARCH_FACTOR, batch_problems, data_parallel_sizes, joint_fits, nearest_fits
 from verl_split.placement.model import (
     ACTOR_MICRO,
     ACTOR_MICRO_GLOBAL,
+    ACTOR_MINI,
     CRITIC_FORWARD_GLOBAL,
     CRITIC_MICRO,
     CRITIC_MICRO_GLOBAL,
@@ -118,8 +119,27 @@ def stock_fit(cluster: Cluster, requirements: Requirements) -> StockFit | None:
             nearest.setdefault(key, tuple(nearest_fits(batch, dp, key)))
     alone = [key for key, values in nearest.items() if not values and key != TRAIN_BATCH]
     joint = tuple(pair for key in alone for pair in joint_fits(batch, dp, key))
+    if not any(values for _, values in nearest.items()) and not joint:
+        joint = scaled_batches(plan, batch)
     texts = tuple(f"{p.role} on {dp.get(p.role, '?')} data-parallel ranks: {p.text}" for p in found)
     return StockFit(cluster, texts, tuple(nearest.items()), joint, micro_batches_that_fit(plan, batch))
+
+
+def scaled_batches(plan: Any, batch: BatchConfig) -> tuple[str, ...]:
+    """The nearest train and mini-batch sizes, below and above, that fit together at the job's ratio of the two
+    (``ppo_mini_batch_size=384 with data.train_batch_size=384``): where neither fits alone, the mini-batch is
+    capped by the train batch."""
+    train, mini = batch.get(TRAIN_BATCH), batch.get(ACTOR_MINI)
+    if not train or not mini or train % mini:
+        return ()
+    ratio = train // mini
+
+    def fits(value: int) -> bool:
+        return not batch_problems(plan, batch.with_value(ACTOR_MINI, value).with_value(TRAIN_BATCH, value * ratio))
+
+    below = next((v for v in range(mini - 1, max(1, mini // SEARCH_FACTOR) - 1, -1) if fits(v)), None)
+    above = next((v for v in range(mini + 1, mini * SEARCH_FACTOR + 1) if fits(v)), None)
+    return tuple(f"{ACTOR_MINI}={v} with {TRAIN_BATCH}={v * ratio}" for v in (below, above) if v is not None)
 
 
 def micro_batches_that_fit(plan: Any, batch: BatchConfig) -> tuple[tuple[str, int], ...]:
