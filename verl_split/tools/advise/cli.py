@@ -208,13 +208,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         from verl_split.tools.advise.render import render_text
 
-        print(render_text(advice, verbose=args.verbose))
-        if args.profile:
+        if args.profile:  # before the report, which ends on its summary
             files = " ".join(str(path) for path in paths)
             print(
                 f"advise again from these runs: verl-split advise {files} --nnodes {args.nnodes} "
-                f"--n-gpus-per-node {args.n_gpus_per_node}"
+                f"--n-gpus-per-node {args.n_gpus_per_node}\n"
             )
+        print(render_text(advice, verbose=args.verbose))
     if args.plot:
         from verl_split.tools.advise.render import plot_candidates
 
