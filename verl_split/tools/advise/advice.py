@@ -247,8 +247,9 @@ def _run_flags(runs: Sequence[Run], allow_different_jobs: bool) -> list[str]:
     unknown = unknown_jobs(runs)
     if unknown:
         flags.append(
-            f"{', '.join(unknown)}: the log says nothing of its job (model, lengths, batch), so it is not checked to "
-            "be the same job as the other runs"
+            f"{', '.join(unknown)}: "
+            + ("the logs say" if len(unknown) > 1 else "the log says")
+            + " nothing of the job (model, lengths, batch), so the runs are not checked to be of one job"
         )
     return flags + assumed_cluster_flags(runs)
 
