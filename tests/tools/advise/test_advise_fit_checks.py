@@ -93,6 +93,7 @@ def test_an_8_gpu_log_advised_for_4x8_shows_na_and_the_micro_batch_that_lets_sto
     report = json.loads(out)
     assert all(c["speedup_vs_stock"] is None for c in report["candidates"])
     assert report["stock_fit"]["micro_batches_that_fit"] == {MICRO: 8}
+    assert report["confidence"]["level"] == "low" and report["summary"][0].startswith("recommendation: stock verl")
 
 
 def test_where_only_the_batch_fits_stock_it_is_named_and_never_predicted(tmp_path):

@@ -203,7 +203,8 @@ def advise(
     step_cv = max((run.step.std / run.step.mean for run in runs if run.step.mean > 0), default=0.0)
     unfit = stock_fit(cluster, job.requirements)
     if unfit is not None:
-        if unfit.micro:
+        # Stock with the smaller micro-batches, predicted where its one pool holds the models.
+        if unfit.micro and (memory is None or memory.refusal(cluster.n_gpus, cluster.n_gpus, True) is None):
             step = predict(model, cluster.n_gpus, cluster.n_gpus, colocated=True, overlaps=overlaps).step_s
             unfit = dataclasses.replace(unfit, predicted_step_s=step if step != float("inf") else None)
         flags.append(unfit.headline())

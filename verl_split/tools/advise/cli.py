@@ -204,7 +204,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"verl-split advise: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        print(json.dumps(advice.to_json(), indent=2))
+        from verl_split.tools.advise.summary import confidence, summary_lines
+
+        level, why = confidence(advice)
+        report = {**advice.to_json(), "confidence": {"level": level, "why": why}, "summary": summary_lines(advice)}
+        print(json.dumps(report, indent=2))
     else:
         from verl_split.tools.advise.render import render_text
 

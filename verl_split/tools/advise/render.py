@@ -384,7 +384,7 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
         ("other", f"fixed: reward, advantages, weight sync, the rest ({SHARED_TAG}: and the push, the offload)"),
     )
     candidates = advice.candidates
-    fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 5.0))
+    fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 6.0))
     for x, cand in enumerate(candidates):
         bottom = 0.0
         for phase, _ in phases:
@@ -408,10 +408,14 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
     ax.set_xticks(range(len(candidates)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("predicted seconds per step")
-    ax.set_title(f"predicted step time per placement\n{advice.cluster.describe()}", fontsize=10)
+    title = f"predicted step time per placement\n{advice.cluster.describe()}"
+    if advice.stock_fit is not None:
+        title += "\nstock does not fit with the job's batch: no speed-up (n/a)"
+    ax.set_title(title, fontsize=10)
     handles = [Patch(color=PHASE_COLORS[p], label=label) for p, label in reversed(phases)]
-    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # Below the bars, so that they keep the figure's width.
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
     ax.margins(y=0.15)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend below the axes too
     plt.close(fig)
