@@ -38,6 +38,7 @@ from verl_split.placement.config_keys import (
     select_key,
     steps_key,
     text_key,
+    wrong_type,
 )
 from verl_split.placement.hf_config import shape_from_config
 from verl_split.placement.job import (
@@ -200,10 +201,12 @@ def _shared_rollout(value: Any) -> bool | None:
             return settings.parse_switch(SHARED_ROLLOUT_KEY, str(value), False)
         except SettingsError:
             pass
-    raise PlacementError(
-        f"{SHARED_ROLLOUT_KEY} must be true or false, got {value!r}. Set "
-        f"+{SHARED_ROLLOUT_KEY}=true to put rollout replicas on the critic pool too, or false (or leave it out) "
-        "to generate on the actor's pool only."
+    raise wrong_type(
+        SHARED_ROLLOUT_KEY,
+        value,
+        "true or false",
+        fix=f"Set +{SHARED_ROLLOUT_KEY}=true to put rollout replicas on the critic pool too, or false (or leave it "
+        "out) to generate on the actor's pool only.",
     )
 
 
