@@ -145,7 +145,7 @@ def choice_key(config: Any, dotted: str, choices: Sequence[Any], default: Any = 
         return default
     if not isinstance(value, bool) and any(value == choice for choice in choices):
         return value
-    listed = ", ".join(str(choice) for choice in choices)
+    listed = ", ".join(dict.fromkeys(str(choice) for choice in choices))  # 16 and "16" read alike
     raise wrong_type(dotted, value, f"one of {listed}", fix=f"Set it to one of {listed}.")
 
 
