@@ -279,3 +279,12 @@ def test_the_checkpoint_backend_reads_verls_default_where_unset():
     key = "actor_rollout_ref.rollout.checkpoint_engine.backend"
     assert job_from_config({}).rollout.checkpoint_backend == "naive"
     assert job_from_config(nested({key: "nccl"})).rollout.checkpoint_backend == "nccl"
+
+
+def test_the_launch_stops_before_ray_on_a_quoted_sync_step():
+    from verl_split.runtime.placement.hooks import check_config
+
+    key = "trainer.v1.sync.parameter_sync_step"
+    config = compose_config("ppo_trainer", None, [f'+{key}="1"', "trainer.n_gpus_per_node=2"])
+    with pytest.raises(ActivationFailed, match=rf"{key} is '1' \(text\)"):
+        check_config(config)

@@ -180,6 +180,12 @@ def test_plan_refuses_each_named_key_as_the_user_writes_it(override, refusal):
     assert refusal in err
 
 
+def test_plan_refuses_a_placement_block_that_is_no_mapping():
+    code, err = run_plan("trainer.n_gpus_per_node=8", "+split_placement=7")
+    assert code == 2, err
+    assert "split_placement must be a mapping such as {placement: '6:2'}, got 7" in err
+
+
 def test_plan_refuses_the_legacy_worker_switch_where_verl_reads_it():
     # 0.7's main_ppo.py reads it (and raises on another value inside the TaskRunner); 0.9 reads it nowhere.
     override = "+trainer.use_legacy_worker_impl=false"
