@@ -6,7 +6,8 @@ full job (verl's composed PPO config, FSDP and Megatron, shared rollout on: the 
 the runtime read a trainer's job (``trainer_job``, the same reader). Each key is then set, alone, to a value
 of another type than the one it was read as, and the plan is made again. Composing is hydra's, once per job;
 setting the key on the composed config is what a ``key=value`` override does to it, and the named keys go
-through hydra's own override on the command line too (the last tests).
+through hydra's own override on the command line too (the last tests; the console command itself, as a process,
+in ``test_plan_cli.py``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import subprocess
-import sys
 from typing import Any
 
 import pytest
-from support.pyrun import clean_env
 
 from verl_split.placement import config_keys
 from verl_split.placement.config_keys import recording
@@ -193,25 +191,3 @@ def test_plan_refuses_the_legacy_worker_switch_where_verl_reads_it():
     assert code == 2, err
     assert "trainer.use_legacy_worker_impl is False (bool), where one of auto, enable, disable is needed" in err
     assert run_plan("trainer.n_gpus_per_node=8", override)[0] == 0
-
-
-@pytest.mark.subprocess
-def test_the_console_command_exits_2_on_the_quoted_sync_step():
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl_split.tools.cli",
-            "plan",
-            "trainer.n_gpus_per_node=8",
-            '+trainer.v1.sync.parameter_sync_step="2"',
-        ],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert "trainer.v1.sync.parameter_sync_step is '2' (text), where a whole number is needed" in proc.stderr
-    assert "Write it unquoted: trainer.v1.sync.parameter_sync_step=2." in proc.stderr
-    assert "Traceback" not in proc.stderr
