@@ -69,27 +69,29 @@ GPU_BACKEND = "nccl"
 # ----------------------------------------------------------------------------- the trainer's config
 
 
-def configure_weight_transfer(config: Any) -> str:
+def configure_weight_transfer(config: Any, job: Job) -> str:
     """Give the actor's workers an engine that reaches replicas on other GPUs; return its name.
 
     Runs before verl builds the actor's worker class: the actor worker creates its checkpoint
     engine from ``rollout.checkpoint_engine`` in ``init_model`` (``verl/workers/engine_workers.py``).
     The hybrid replicas keep verl's in-process sync: the v1 trainer's own manager forces ``naive``.
+    ``job``: ``config``'s, read before this rewrites the backend (its type was checked there).
     """
     from omegaconf import open_dict
     from verl.utils.device import get_device_name
 
-    engine = config.actor_rollout_ref.rollout.checkpoint_engine
-    if engine.backend == "naive":
-        with open_dict(engine):
-            if get_device_name() == "cpu":
-                from verl_split.runtime.cpu import weight_transfer
+    backend = job.rollout.checkpoint_backend
+    if backend != "naive":
+        return backend
+    with open_dict(config.actor_rollout_ref.rollout.checkpoint_engine) as engine:
+        if get_device_name() == "cpu":
+            from verl_split.runtime.cpu import weight_transfer
 
-                engine.backend = weight_transfer.BACKEND
-                engine.custom_backend_module = weight_transfer.MODULE
-            else:
-                engine.backend = GPU_BACKEND
-    return str(engine.backend)
+            engine.backend = weight_transfer.BACKEND
+            engine.custom_backend_module = weight_transfer.MODULE
+        else:
+            engine.backend = GPU_BACKEND
+        return engine.backend
 
 
 # ----------------------------------------------------------------------------- routing
@@ -246,7 +248,7 @@ def wire(trainer: Any, backend: str, started: Started) -> None:
     engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
     from verl_split.runtime.cpu import weight_transfer
 
-    if engine_config.backend == weight_transfer.BACKEND:
+    if backend == weight_transfer.BACKEND:
         # The dry run's mailbox actor starts here, not inside the first push: the push's time is what the late
         # join's rate model weighs a join against (late_join.join_pays), and a new process is no part of it.
         ray.get(weight_transfer.mailbox_ready())
