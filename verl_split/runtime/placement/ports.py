@@ -125,8 +125,15 @@ def wrap_get_master_addr_port(wrapped, instance, args, kwargs):
         else:
             kwargs = {**kwargs, "master_port_range": search}
         result = wrapped(*args, **kwargs)
-        ports.handed_out(int(instance._master_port))
-        return result
+        port = int(instance._master_port)
+        ports.handed_out(port)
+    from verl_split.runtime.placement.nodes import announce
+
+    announce(
+        f"worker group {getattr(instance, 'name_prefix', '?')}: rendezvous port {port}, searched from {search[0]} "
+        f"(ports {ports.start}-{ports.end - 1}, outside the ephemeral range)"
+    )
+    return result
 
 
 def install(target: ModuleType, undo: Undo) -> None:
