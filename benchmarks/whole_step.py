@@ -493,7 +493,7 @@ def print_bound(bound: dict) -> None:
     print("its lanes, each the fastest measurement of that work in the run (whole_step_floor.py):")
     print("\n".join(whole_step_floor.lane_lines(bound["lanes"])))
     print(
-        "stock's scaling, one worker (split sequential) against two (stock): "
+        "stock's scaling, each lane's one-worker floor against stock's two workers: "
         + ", ".join(f"{name} {cell_of(s)}x" for name, s in bound["scaling"].items())
     )
 
