@@ -30,7 +30,7 @@ import asyncio
 import math
 import random
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 # verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
@@ -38,6 +38,8 @@ from typing import Any
 # _servers, _inflight_requests and _request_id_to_server (read below).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
+from verl_split.runtime.shared_rollout.admission import LONGEST_FIRST, AdmissionQueue
+from verl_split.runtime.shared_rollout.floor import StepLedger
 from verl_split.runtime.shared_rollout.late_join import recent_releases
 
 # verl 0.8.0 defines it as a Ray actor class (@ray.remote, in llm_server.py), which Ray does not let a class
@@ -51,13 +53,18 @@ MAX_CONCURRENCY = 100_000
 class SharedRolloutBalancer(VerlBalancer):
     """verl's default load balancer with per-server counts, parked servers and caps (module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, admission_order: str = LONGEST_FIRST, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._routed: Counter[str] = Counter()
         self._parked: set[str] = set()
         self._caps: dict[str, int] = {}
-        #: Requests waiting for a slot, in arrival order, each with the future its acquire awaits.
-        self._waiting: deque[tuple[str, asyncio.Future]] = deque()
+        #: Requests waiting for a slot, each with the future its acquire awaits: the predicted longest first
+        #: (``admission.py``; arrival order under ``VERL_SPLIT_TAIL=verl`` or with no prediction).
+        self._waiting = AdmissionQueue(admission_order)
+        #: Each request's prompt key, as its client gave it (``admission.py``): its length is learnt at its release.
+        self._prompt_keys: dict[str, Any] = {}
+        #: The step's requests (server, start, end): its generation floor (``floor.py``) and the migration's choice.
+        self.ledger = StepLedger()
         #: When each request ended since the last take_step (their count is the step's releases): the late join's
         #: recent rate.
         self._release_times: list[float] = []
@@ -134,8 +141,16 @@ class SharedRolloutBalancer(VerlBalancer):
         wall = None
         if self._first_acquire is not None and self._last_release is not None:
             wall = max(self._last_release - self._first_acquire, 0.0)
-        step = {"routed": routed, "generation_s": wall, "opened_after_s": self._opened_after, "own_s": self._own_s}
+        floor = self.ledger.floor()
+        step = {
+            "routed": routed,
+            "generation_s": wall,
+            "opened_after_s": self._opened_after,
+            "own_s": self._own_s,
+            "floor": None if floor is None else floor.metrics(),
+        }
         self._first_acquire = self._last_release = self._opened_after = None
+        self.ledger = StepLedger()
         self._release_times = []
         self._own_s = 0.0
         return step
@@ -146,12 +161,18 @@ class SharedRolloutBalancer(VerlBalancer):
         routed, self._routed = dict(self._routed), Counter()
         self._first_acquire = self._last_release = None
         self._release_times = []
+        self.ledger = StepLedger()
         if self._opened_after is not None:
             self._opened_after = 0.0
         return routed
 
     # -- verl's clients ------------------------------------------------------------------------
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
+        # verl's clients give the request id alone; a client that gives its prompt's key (``admission.py``) has
+        # its queued requests ordered by predicted length.
+        key = extra.get("prompt_key")
+        if key is not None:
+            self._prompt_keys[request_id] = key
         if not self._parked and not self._caps and not self._dead:
             server_id, handle = super().acquire_server(request_id)
         else:
@@ -159,9 +180,9 @@ class SharedRolloutBalancer(VerlBalancer):
             chosen = self._choose(request_id, queued_ahead=bool(self._waiting))
             if chosen is None:
                 waiter: asyncio.Future = asyncio.get_running_loop().create_future()
-                self._waiting.append((request_id, waiter))
+                self._waiting.append(request_id, waiter, key)
                 self._own_s += time.thread_time() - started
-                chosen = await waiter  # handed a slot by _hand_out, in arrival order
+                chosen = await waiter  # handed a slot by _hand_out, in admission order
             else:  # room now and nobody queued before it, or a conversation's next turn
                 self._own_s += time.thread_time() - started
             server_id, handle = chosen
@@ -170,12 +191,21 @@ class SharedRolloutBalancer(VerlBalancer):
         if self._inflight_requests[server_id] == 1:  # it held none: its time without ending one starts now
             self._progress[server_id] = time.monotonic()
         self._routed[server_id] += 1
+        self.ledger.started(request_id, server_id, time.monotonic())
         return server_id, handle
 
     async def release_server(self, server_id: str, **extra: Any) -> None:
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
         VerlBalancer.release_server(self, server_id)
         self._last_release = self._progress[server_id] = time.monotonic()
+        # verl 0.9.1's clients give the request id (the ledger ends it: the floor); a client that gives the
+        # response's tokens teaches the admission order its prompt's length.
+        request_id, tokens = extra.get("request_id"), extra.get("response_tokens")
+        if request_id is not None:
+            self.ledger.ended(request_id, self._last_release, tokens)
+            key = self._prompt_keys.pop(request_id, None)
+            if tokens is not None and key is not None:
+                self._waiting.finished(key, tokens)
         self._release_times.append(self._last_release)
         if self._waiting:
             self._hand_out(at_most=1)  # a release frees one slot: looking further would only scan for nothing
@@ -193,7 +223,7 @@ class SharedRolloutBalancer(VerlBalancer):
     def _hand_out_now(self, at_most: int | None) -> None:
         handed = 0
         while self._waiting and (at_most is None or handed < at_most):
-            request_id, waiter = self._waiting[0]
+            request_id, waiter = self._waiting.peek()
             if waiter.cancelled():  # its client gave up (an aborted generation): no slot for it
                 self._waiting.popleft()
                 continue
