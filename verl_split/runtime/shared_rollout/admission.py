@@ -25,10 +25,11 @@ import heapq
 import itertools
 from typing import Any
 
+from verl_split.core.settings import TAIL_ORDERS
+
 #: ``VERL_SPLIT_TAIL``'s values: the predicted longest first, or verl's arrival order.
-LONGEST_FIRST = "longest_first"
-VERL_ORDER = "verl"
-ORDERS = (LONGEST_FIRST, VERL_ORDER)
+ORDERS = TAIL_ORDERS
+LONGEST_FIRST, VERL_ORDER = TAIL_ORDERS
 
 
 class LengthPredictor:
