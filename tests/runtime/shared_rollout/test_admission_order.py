@@ -4,11 +4,14 @@ real balancer class (its coroutines driven by hand: a slot freed, one request wo
 from __future__ import annotations
 
 import asyncio
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from verl_split.core import settings
 from verl_split.core.errors import SettingsError
+from verl_split.runtime.shared_rollout import balancer as balancer_module
 from verl_split.runtime.shared_rollout.admission import LONGEST_FIRST, VERL_ORDER, AdmissionQueue
 from verl_split.runtime.shared_rollout.balancer import SharedRolloutBalancer
 
@@ -47,28 +50,42 @@ def test_verl_order_is_arrival_order_whatever_is_known():
     assert queue.order_of() == ["q0", "q1", "q2"]
 
 
-def test_the_balancer_hands_freed_slots_to_the_longest_predicted_and_learns_from_releases():
+@pytest.fixture
+def clock(monkeypatch):
+    """The balancer's clock, moved by hand: how long a request held its server is given, not measured."""
+    now = [100.0]
+    fake = SimpleNamespace(monotonic=lambda: now[0], thread_time=time.thread_time)
+    monkeypatch.setattr(balancer_module, "time", fake)
+    return now
+
+
+def test_the_balancer_hands_freed_slots_to_the_longest_predicted_and_learns_from_releases(clock):
+    short, long = [1, 2, 3], [4, 5, 6]  # two prompts' tokens: verl 0.9.1's clients send them with each acquire
+
     async def run(order):
         balancer = SharedRolloutBalancer(servers={"h": "h"}, admission_order=order)
+        assert balancer.require_release_fields() == ["request_id"]
         balancer.gate(parked=[], caps={"h": 1})
-        # Last epoch: the same prompts ended short and long.
-        first, _ = await balancer.acquire_server(request_id="e0-short", prompt_key="short")
-        await balancer.release_server(first, request_id="e0-short", response_tokens=30)
-        await balancer.acquire_server(request_id="e0-long", prompt_key="long")
-        # This step: the server is full, so these queue: short first in arrival, long second.
+        # Last epoch: the same prompts held their server 3 s and 70 s.
+        first, _ = await balancer.acquire_server(request_id="e0-short", prompt_ids=short)
+        clock[0] += 3.0
+        await balancer.release_server(first, request_id="e0-short")
+        await balancer.acquire_server(request_id="e0-long", prompt_ids=long)
+        # This step: the server is full, so these queue: the short prompt first in arrival, the long one second.
         waiting = {
-            rid: asyncio.ensure_future(balancer.acquire_server(request_id=rid, prompt_key=key))
-            for rid, key in (("s", "short"), ("l", "long"))
+            rid: asyncio.ensure_future(balancer.acquire_server(request_id=rid, prompt_ids=ids))
+            for rid, ids in (("s", short), ("l", long))
         }
         for _ in range(3):
             await asyncio.sleep(0)
-        await balancer.release_server("h", request_id="e0-long", response_tokens=700)
+        clock[0] += 70.0
+        await balancer.release_server("h", request_id="e0-long")
         for _ in range(3):
             await asyncio.sleep(0)
-        return [rid for rid, w in waiting.items() if w.done()]
+        return balancer.require_acquire_fields(), [rid for rid, w in waiting.items() if w.done()]
 
-    assert asyncio.run(run(LONGEST_FIRST)) == ["l"]
-    assert asyncio.run(run(VERL_ORDER)) == ["s"]
+    assert asyncio.run(run(LONGEST_FIRST)) == (["prompt_ids"], ["l"])
+    assert asyncio.run(run(VERL_ORDER)) == ([], ["s"])
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,10 @@ request starts. Started last, it ends last, alone on its server; started first, 
 step's work. So the queue hands slots to the requests predicted longest first (Seer's context-aware scheduling,
 arXiv 2511.14617; RhymeRL's history, arXiv 2508.18588):
 
-* a request's length is predicted from the same prompt's response at its last epoch, or, with ``rollout.n > 1``,
-  from the first of its siblings (same prompt, same step) that finished: the latest such figure wins;
+* a request's length is predicted from the same prompt's at its last epoch, or, with ``rollout.n > 1``, from the
+  first of its siblings (same prompt, same step) that finished: the latest such figure wins. verl's clients report
+  no lengths, so a length is the seconds the request held its server (the balancer's ledger, ``floor.py``): a
+  proxy, good for an order (a response twice as long holds its server about twice as long at a similar batch);
 * a request with no prediction ranks at the mean of the predictions known (it might be anything), so in the first
   epoch, before any sibling ends, the order is arrival order: verl's.
 
@@ -14,9 +16,10 @@ Order only: the same requests, with the same prompts, weights and sampling, are 
 and when is all that changes, as with verl's own routing. ``VERL_SPLIT_TAIL=verl`` keeps arrival order.
 
 What it reorders is what waits in the balancer (the late join's gate, ``balancer.py``): the requests that found a
-slot on arrival start in arrival order, as verl sends them. A prompt is known by a key the client gives with its
-acquire (``prompt_key``), and a length by the tokens it gives with its release (``response_tokens``); verl's own
-clients give neither, so under them the order stays arrival order.
+slot on arrival start in arrival order, as verl sends them. A prompt is known by its tokens, which verl 0.9.1's
+clients send with each acquire when the balancer asks for them (``require_acquire_fields``); and a request's end
+by its id, sent with its release (``require_release_fields``). verl 0.9.0's clients send neither: under them the
+order stays arrival order and no floor is kept.
 """
 
 from __future__ import annotations

@@ -167,10 +167,17 @@ class SharedRolloutBalancer(VerlBalancer):
         return routed
 
     # -- verl's clients ------------------------------------------------------------------------
+    def require_acquire_fields(self) -> list[str]:
+        """verl 0.9.1's clients send these of ``generate``'s arguments with each acquire: the prompt, for the
+        admission order's key (none under ``VERL_SPLIT_TAIL=verl``: nothing to serialize)."""
+        return ["prompt_ids"] if self._waiting.order == LONGEST_FIRST else []
+
+    def require_release_fields(self) -> list[str]:
+        """verl 0.9.1's clients send the request id with each release: the ledger's end of it."""
+        return ["request_id"]
+
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
-        # verl's clients give the request id alone; a client that gives its prompt's key (``admission.py``) has
-        # its queued requests ordered by predicted length.
-        key = extra.get("prompt_key")
+        key = prompt_key(extra)
         if key is not None:
             self._prompt_keys[request_id] = key
         if not self._parked and not self._caps and not self._dead:
@@ -198,14 +205,14 @@ class SharedRolloutBalancer(VerlBalancer):
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
         VerlBalancer.release_server(self, server_id)
         self._last_release = self._progress[server_id] = time.monotonic()
-        # verl 0.9.1's clients give the request id (the ledger ends it: the floor); a client that gives the
-        # response's tokens teaches the admission order its prompt's length.
-        request_id, tokens = extra.get("request_id"), extra.get("response_tokens")
+        # verl 0.9.1's clients give the request id (``require_release_fields``): the ledger ends it (the floor),
+        # and the time it held its server is its prompt's length for the admission order (``admission.py``).
+        request_id = extra.get("request_id")
         if request_id is not None:
-            self.ledger.ended(request_id, self._last_release, tokens)
+            self.ledger.ended(request_id, self._last_release, extra.get("response_tokens"))
             key = self._prompt_keys.pop(request_id, None)
-            if tokens is not None and key is not None:
-                self._waiting.finished(key, tokens)
+            if key is not None:
+                self._waiting.finished(key, self.ledger.held_s(request_id))
         self._release_times.append(self._last_release)
         if self._waiting:
             self._hand_out(at_most=1)  # a release frees one slot: looking further would only scan for nothing
@@ -260,6 +267,15 @@ class SharedRolloutBalancer(VerlBalancer):
         self._request_id_to_server[request_id] = server_id
         self._inflight_requests[server_id] += 1
         return server_id, self._servers[server_id]
+
+
+def prompt_key(extra: dict[str, Any]) -> Any:
+    """A request's prompt, as the admission order knows it: the key a client gave, or its prompt's tokens hashed
+    (siblings of ``rollout.n`` share it, and the same prompt at its next epoch); None without either."""
+    if (key := extra.get("prompt_key")) is not None:
+        return key
+    prompt_ids = extra.get("prompt_ids")
+    return None if prompt_ids is None else hash(tuple(prompt_ids))
 
 
 def caps_for_late_join(

@@ -103,6 +103,12 @@ class StepLedger:
         if tokens is not None:
             self._tokens[request_id] = tokens
 
+    def held_s(self, request_id: str) -> float:
+        """Seconds ``request_id`` held its server(s), start to end (0 for one not ended)."""
+        if request_id not in self._end:
+            return 0.0
+        return self._end[request_id] - self._start[request_id]
+
     def running(self) -> dict[str, float]:
         """The requests begun and not ended, with when they began (the migration's candidates)."""
         return {r: t for r, t in self._start.items() if r not in self._end}
