@@ -65,6 +65,8 @@ class SharedRolloutBalancer(VerlBalancer):
         self._prompt_keys: dict[str, Any] = {}
         #: The step's requests (server, start, end): its generation floor (``floor.py``) and the migration's choice.
         self.ledger = StepLedger()
+        #: Requests pinned to another server by a migration: the release of their aborted part teaches no length.
+        self._moved: set[str] = set()
         #: When each request ended since the last take_step (their count is the step's releases): the late join's
         #: recent rate.
         self._release_times: list[float] = []
@@ -118,6 +120,18 @@ class SharedRolloutBalancer(VerlBalancer):
             for sid, n in self._inflight_requests.items()
             if n > 0 and sid in self._progress and now - self._progress[sid] > limit_s
         }
+
+    def running_requests(self) -> tuple[dict[str, tuple[str, float]], dict[str, int]]:
+        """Per running request its server and start, and per server its requests in flight: what the migration
+        chooses from (``migration.py``)."""
+        running = {r: (self.ledger.server_of(r), t) for r, t in self.ledger.running().items()}
+        return running, dict(self._inflight_requests)
+
+    def pin(self, targets: dict[str, str]) -> None:
+        """Send each request's next acquire to the server given (a migration's move: its resume goes there)."""
+        for request_id, server in targets.items():
+            self._request_id_to_server[request_id] = server
+            self._moved.add(request_id)
 
     def progress(self) -> dict[str, Any]:
         """The step so far, for the late join's decision (``late_join.join_pays``): requests routed, ended and
@@ -211,7 +225,9 @@ class SharedRolloutBalancer(VerlBalancer):
         if request_id is not None:
             self.ledger.ended(request_id, self._last_release, extra.get("response_tokens"))
             key = self._prompt_keys.pop(request_id, None)
-            if key is not None:
+            if request_id in self._moved:
+                self._moved.discard(request_id)
+            elif key is not None:
                 self._waiting.finished(key, self.ledger.held_s(request_id))
         self._release_times.append(self._last_release)
         if self._waiting:
