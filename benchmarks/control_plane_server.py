@@ -101,6 +101,10 @@ class StandInDecodeServer:
             "peak_batch": self.peak_batch,
         }
 
+    def hold(self, at: int | None) -> None:
+        """Hold each request after ``at`` tokens from now on (None: never)."""
+        self.hold_at = at
+
     def release_held(self) -> None:
         self.hold_at = None
         for request in self._running.values():
