@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import zlib
 from bisect import bisect_right
 from typing import Any
@@ -75,8 +76,14 @@ class StandInDecodeServer:
     Continuous batching as processor sharing: every running request (not held) gains one token per ``t(batch)``
     seconds; one loop wakes at the next end, arrival, abort or release, so a step costs O(events x running)."""
 
-    def __init__(self, name: str, scale: float = 1.0, hold_at: int | None = None, version: int = 0) -> None:
+    def __init__(
+        self, name: str, scale: float = 1.0, hold_at: int | None = None, version: int = 0, max_num_seqs: int = 1 << 20
+    ) -> None:
         self.name, self.scale, self.hold_at, self.version = name, scale, hold_at, version
+        #: vLLM's ``max_num_seqs``: more requests than this wait, first come first served, inside the server.
+        self._seats = asyncio.Semaphore(max_num_seqs)
+        #: Per request part run here: (request id, start, end, tokens decoded here), as the floor's ledger reads it.
+        self.log: list[tuple[str, float, float, int]] = []
         self._running: dict[str, _Request] = {}
         self._wake = asyncio.Event()
         self._loop: asyncio.Task | None = None
@@ -85,6 +92,11 @@ class StandInDecodeServer:
         self.aborts: list[tuple[str, bool]] = []
         #: The largest batch it ran (the benchmark's check that the curve was exercised).
         self.peak_batch = 0
+
+    def take_log(self) -> list[tuple[str, float, float, int]]:
+        log, self.log = self.log, []
+        self.peak_batch = 0
+        return log
 
     def set_version(self, version: int) -> None:
         self.version = version
@@ -131,15 +143,18 @@ class StandInDecodeServer:
         limit = prefix + int(sampling_params.get("max_tokens", 1 << 30))
         want = min(int(sampling_params.get("length", 16)), limit)
         request = _Request(prompt, prefix, want, asyncio.get_running_loop().create_future())
-        self._running[request_id] = request
-        if self._loop is None or self._loop.done():
-            self._loop = asyncio.ensure_future(self._decode())
-        self._wake.set()
-        try:
-            await request.done
-        finally:
-            self._running.pop(request_id, None)
+        async with self._seats:
+            started = time.monotonic()
+            self._running[request_id] = request
+            if self._loop is None or self._loop.done():
+                self._loop = asyncio.ensure_future(self._decode())
+            self._wake.set()
+            try:
+                await request.done
+            finally:
+                self._running.pop(request_id, None)
         count = int(request.decoded)
+        self.log.append((request_id, started, time.monotonic(), count))
         positions = range(prefix, prefix + count)
         with_ids = sampling_params.get("token_ids", True)  # the benchmark's 16k steps skip making the tokens
         pairs = [token_at(prompt, i) for i in positions] if with_ids else [(0, 0.0)] * count

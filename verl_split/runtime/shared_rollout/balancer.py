@@ -180,6 +180,12 @@ class SharedRolloutBalancer(VerlBalancer):
             self._opened_after = 0.0
         return routed
 
+    def learn_lengths(self, lengths: list[tuple[list[int], float]]) -> None:
+        """Teach the admission order the lengths of prompts (each prompt's tokens and its length): a previous
+        run's, so that its first step is ordered too (the control-plane benchmark's last epoch)."""
+        for prompt_ids, length in lengths:
+            self._waiting.predictor.finished(prompt_key({"prompt_ids": prompt_ids}), length)
+
     # -- verl's clients ------------------------------------------------------------------------
     def require_acquire_fields(self) -> list[str]:
         """verl 0.9.1's clients send these of ``generate``'s arguments with each acquire: the prompt, for the
