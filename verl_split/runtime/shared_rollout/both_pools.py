@@ -291,6 +291,8 @@ class BothPoolsCheckpointManager:
             # at the rate it kept. Exact for the CPU rollout's one-at-a-time servers; a batching server (vLLM) runs
             # more requests at once for little more time, so there it overstates the saving.
             metrics[names.SHARED_ROLLOUT_SAVED_ESTIMATE_S] = generation_s * on_critic_pool / (total - on_critic_pool)
+        # The step's floor (floor.py), when verl's clients told the balancer each request's end (verl 0.9.1).
+        metrics |= step.get("floor") or {}
         if late is not None:
             if late.push_s is not None:
                 metrics[SYNC_METRIC] = late.push_s
