@@ -62,8 +62,6 @@ GENERATION_WORK_FLOOR_S = "split/generation_work_floor_s"
 GENERATION_OVER_FLOOR = "split/generation_over_floor"
 #: The longest-running request's mean running batch on its server (a large one: moving it would shorten it).
 GENERATION_TAIL_BATCH = "split/generation_tail_batch"
-#: Requests moved to the critic pool's servers when it joined (runtime/shared_rollout/migration.py).
-REQUESTS_MIGRATED = "split/requests_migrated"
 
 
 def pool_gpus(role: str) -> str:
