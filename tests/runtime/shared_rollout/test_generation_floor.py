@@ -123,3 +123,17 @@ def test_a_ledger_of_16k_requests_gives_its_floor_without_quadratic_work():
     floor = ledger.floor()
     assert floor.requests == 16_384 and floor.servers == 32
     assert floor.tail_s == 7.0
+
+
+def test_the_console_table_shows_the_floor_of_each_run_that_logged_it():
+    from verl_split.dryrun.report import phase_table
+
+    plain = [{"step": s, "timing_s/gen": 3.0, "timing_s/step": 5.0} for s in (1, 2, 3)]
+    with_floor = [
+        {**row, names.GENERATION_FLOOR_S: 2.0, names.GENERATION_OVER_FLOOR: over}
+        for row, over in zip(plain, (9.0, 0.5, 0.3), strict=True)
+    ]
+    table = phase_table([("stock", plain), ("shared", with_floor)])
+    # The steady steps (2 and 3: step 1 pays start-up costs): a 2 s floor, 40 % over it on average.
+    assert "gen floor, shared: 2.00s, generation +40% over it" in table
+    assert "gen floor, stock" not in table
