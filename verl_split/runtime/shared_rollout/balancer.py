@@ -2,17 +2,20 @@
 
 Every request of a step goes through one balancer actor (verl's ``GlobalRequestLoadBalancer``: sticky
 sessions, least in-flight requests first). verl-split starts it again with both pools' servers in it
-(``coordinator.py``), as this subclass, which adds three things:
+(``coordinator.py``), as this subclass, which adds four things:
 
 * **Counting**: requests routed per server since the last ``take_step`` (``split/critic_pool_rollout_share``),
   and the step's timing as the balancer saw it (first request, last release, when the critic pool opened).
 * **Gating**, for a critic pool that joins generation late (``late_join.py``): its servers can be *parked*
   (routed nothing) and each open server can be given a *cap* of requests in flight. A request that finds
-  no open server under its cap waits here, in the balancer, in a first-come queue; a release hands its
+  no open server under its cap waits here, in the balancer, in a queue: the longest predicted first
+  (``admission.py``; arrival order without predictions or under ``VERL_SPLIT_TAIL=verl``); a release hands its
   slot to the request at the queue's head (one waiter woken, not all), an opening server its slots to the
   next ones, each going to the least loaded open server with room. So the requests a late critic pool
   takes are the ones still queued when it opens, and none is ever routed to weights of another step.
   Without gating (every server open, no cap) routing is verl's own, request for request.
+* **The floor**: each request's server, start and end in a ledger (``floor.py``), whence the step's generation
+  floor in ``take_step``; and, for a migration on join (``migration.py``), the running requests and ``pin``.
 * **Parking the dead**: a server the generation watchdog found dead or hung (``watchdog.py``) is routed nothing
   more, in any step (``park_dead``); and the watchdog asks which servers hold requests and have ended none for
   its limit (``stalled``).
