@@ -18,7 +18,8 @@ How a move is made, with verl's own pieces:
    stays, for the requests that stay there);
 5. the client resumes it: verl's ``FullyAsyncLLMServerClient.generate`` re-sends an aborted request with its prompt
    and the tokens so far (and the budget left), acquires again (the pin sends it to the target), and concatenates
-   the tokens and the rollout log-probs of both parts.
+   the tokens and the rollout log-probs of both parts. It waits 1 s before each resume (verl 0.9.1's
+   ``llm_server.py``): a move pays only for a request with well over a second of decoding left.
 
 Exact in distribution (the same prompt, weights and sampling parameters; the response generated in full), not bit
 for bit on vLLM: the target samples the rest with its own random numbers. What it needs that a default run lacks:
