@@ -137,3 +137,15 @@ def test_the_console_table_shows_the_floor_of_each_run_that_logged_it():
     # The steady steps (2 and 3: step 1 pays start-up costs): a 2 s floor, 40 % over it on average.
     assert "gen floor, shared: 2.00s, generation +40% over it" in table
     assert "gen floor, stock" not in table
+
+
+def test_the_late_join_sits_out_after_a_step_at_its_tail_floor_and_asks_the_rate_model_otherwise():
+    from verl_split.runtime.shared_rollout.both_pools import sit_out_at_floor
+
+    at_tail = Floor(generation_s=10.2, tail_s=10.0, work_s=6.0, tail_batch=2.0, tail_tokens=None, requests=9, servers=2)
+    forecast = sit_out_at_floor(at_tail.metrics(), requests=64)
+    assert forecast is not None and not forecast.pays
+    assert "no routing, join or move shortens it" in forecast.why
+    above = Floor(generation_s=15.0, tail_s=10.0, work_s=6.0, tail_batch=2.0, tail_tokens=None, requests=9, servers=2)
+    assert sit_out_at_floor(above.metrics(), requests=64) is None
+    assert sit_out_at_floor(None, requests=64) is None  # no floor logged (verl 0.9.0): the rate model decides
