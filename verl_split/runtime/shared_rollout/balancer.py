@@ -2,17 +2,20 @@
 
 Every request of a step goes through one balancer actor (verl's ``GlobalRequestLoadBalancer``: sticky
 sessions, least in-flight requests first). verl-split starts it again with both pools' servers in it
-(``coordinator.py``), as this subclass, which adds three things:
+(``coordinator.py``), as this subclass, which adds four things:
 
 * **Counting**: requests routed per server since the last ``take_step`` (``split/critic_pool_rollout_share``),
   and the step's timing as the balancer saw it (first request, last release, when the critic pool opened).
 * **Gating**, for a critic pool that joins generation late (``late_join.py``): its servers can be *parked*
   (routed nothing) and each open server can be given a *cap* of requests in flight. A request that finds
-  no open server under its cap waits here, in the balancer, in a first-come queue; a release hands its
+  no open server under its cap waits here, in the balancer, in a queue: the longest predicted first
+  (``admission.py``; arrival order without predictions or under ``VERL_SPLIT_TAIL=verl``); a release hands its
   slot to the request at the queue's head (one waiter woken, not all), an opening server its slots to the
   next ones, each going to the least loaded open server with room. So the requests a late critic pool
   takes are the ones still queued when it opens, and none is ever routed to weights of another step.
   Without gating (every server open, no cap) routing is verl's own, request for request.
+* **The floor**: each request's server, start and end in a ledger (``floor.py``), whence the step's generation
+  floor in ``take_step``; and, for a migration on join (``migration.py``), the running requests and ``pin``.
 * **Parking the dead**: a server the generation watchdog found dead or hung (``watchdog.py``) is routed nothing
   more, in any step (``park_dead``); and the watchdog asks which servers hold requests and have ended none for
   its limit (``stalled``).
@@ -30,7 +33,7 @@ import asyncio
 import math
 import random
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 # verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
@@ -38,6 +41,8 @@ from typing import Any
 # _servers, _inflight_requests and _request_id_to_server (read below).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
+from verl_split.runtime.shared_rollout.admission import LONGEST_FIRST, AdmissionQueue
+from verl_split.runtime.shared_rollout.floor import StepLedger
 from verl_split.runtime.shared_rollout.late_join import recent_releases
 
 # verl 0.8.0 defines it as a Ray actor class (@ray.remote, in llm_server.py), which Ray does not let a class
@@ -51,13 +56,20 @@ MAX_CONCURRENCY = 100_000
 class SharedRolloutBalancer(VerlBalancer):
     """verl's default load balancer with per-server counts, parked servers and caps (module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, admission_order: str = LONGEST_FIRST, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._routed: Counter[str] = Counter()
         self._parked: set[str] = set()
         self._caps: dict[str, int] = {}
-        #: Requests waiting for a slot, in arrival order, each with the future its acquire awaits.
-        self._waiting: deque[tuple[str, asyncio.Future]] = deque()
+        #: Requests waiting for a slot, each with the future its acquire awaits: the predicted longest first
+        #: (``admission.py``; arrival order under ``VERL_SPLIT_TAIL=verl`` or with no prediction).
+        self._waiting = AdmissionQueue(admission_order)
+        #: Each request's prompt key, as its client gave it (``admission.py``): its length is learnt at its release.
+        self._prompt_keys: dict[str, Any] = {}
+        #: The step's requests (server, start, end): its generation floor (``floor.py``) and the migration's choice.
+        self.ledger = StepLedger()
+        #: Requests pinned to another server by a migration: the release of their aborted part teaches no length.
+        self._moved: set[str] = set()
         #: When each request ended since the last take_step (their count is the step's releases): the late join's
         #: recent rate.
         self._release_times: list[float] = []
@@ -112,6 +124,18 @@ class SharedRolloutBalancer(VerlBalancer):
             if n > 0 and sid in self._progress and now - self._progress[sid] > limit_s
         }
 
+    def running_requests(self) -> tuple[dict[str, tuple[str, float]], dict[str, int]]:
+        """Per running request its server and start, and per server its requests in flight: what the migration
+        chooses from (``migration.py``)."""
+        running = {r: (self.ledger.server_of(r), t) for r, t in self.ledger.running().items()}
+        return running, dict(self._inflight_requests)
+
+    def pin(self, targets: dict[str, str]) -> None:
+        """Send each request's next acquire to the server given (a migration's move: its resume goes there)."""
+        for request_id, server in targets.items():
+            self._request_id_to_server[request_id] = server
+            self._moved.add(request_id)
+
     def progress(self) -> dict[str, Any]:
         """The step so far, for the late join's decision (``late_join.join_pays``): requests routed, ended and
         queued, seconds since the step's first request (None before it), and the recent rate: requests ended
@@ -134,8 +158,16 @@ class SharedRolloutBalancer(VerlBalancer):
         wall = None
         if self._first_acquire is not None and self._last_release is not None:
             wall = max(self._last_release - self._first_acquire, 0.0)
-        step = {"routed": routed, "generation_s": wall, "opened_after_s": self._opened_after, "own_s": self._own_s}
+        floor = self.ledger.floor()
+        step = {
+            "routed": routed,
+            "generation_s": wall,
+            "opened_after_s": self._opened_after,
+            "own_s": self._own_s,
+            "floor": None if floor is None else floor.metrics(),
+        }
         self._first_acquire = self._last_release = self._opened_after = None
+        self.ledger = StepLedger()
         self._release_times = []
         self._own_s = 0.0
         return step
@@ -146,12 +178,31 @@ class SharedRolloutBalancer(VerlBalancer):
         routed, self._routed = dict(self._routed), Counter()
         self._first_acquire = self._last_release = None
         self._release_times = []
+        self.ledger = StepLedger()
         if self._opened_after is not None:
             self._opened_after = 0.0
         return routed
 
+    def learn_lengths(self, lengths: list[tuple[list[int], float]]) -> None:
+        """Teach the admission order the lengths of prompts (each prompt's tokens and its length): a previous
+        run's, so that its first step is ordered too (the control-plane benchmark's last epoch)."""
+        for prompt_ids, length in lengths:
+            self._waiting.predictor.finished(prompt_key({"prompt_ids": prompt_ids}), length)
+
     # -- verl's clients ------------------------------------------------------------------------
+    def require_acquire_fields(self) -> list[str]:
+        """verl 0.9.1's clients send these of ``generate``'s arguments with each acquire: the prompt, for the
+        admission order's key (none under ``VERL_SPLIT_TAIL=verl``: nothing to serialize)."""
+        return ["prompt_ids"] if self._waiting.order == LONGEST_FIRST else []
+
+    def require_release_fields(self) -> list[str]:
+        """verl 0.9.1's clients send the request id with each release: the ledger's end of it."""
+        return ["request_id"]
+
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
+        key = prompt_key(extra)
+        if key is not None:
+            self._prompt_keys[request_id] = key
         if not self._parked and not self._caps and not self._dead:
             server_id, handle = super().acquire_server(request_id)
         else:
@@ -159,9 +210,9 @@ class SharedRolloutBalancer(VerlBalancer):
             chosen = self._choose(request_id, queued_ahead=bool(self._waiting))
             if chosen is None:
                 waiter: asyncio.Future = asyncio.get_running_loop().create_future()
-                self._waiting.append((request_id, waiter))
+                self._waiting.append(request_id, waiter, key)
                 self._own_s += time.thread_time() - started
-                chosen = await waiter  # handed a slot by _hand_out, in arrival order
+                chosen = await waiter  # handed a slot by _hand_out, in admission order
             else:  # room now and nobody queued before it, or a conversation's next turn
                 self._own_s += time.thread_time() - started
             server_id, handle = chosen
@@ -170,12 +221,23 @@ class SharedRolloutBalancer(VerlBalancer):
         if self._inflight_requests[server_id] == 1:  # it held none: its time without ending one starts now
             self._progress[server_id] = time.monotonic()
         self._routed[server_id] += 1
+        self.ledger.started(request_id, server_id, time.monotonic())
         return server_id, handle
 
     async def release_server(self, server_id: str, **extra: Any) -> None:
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
         VerlBalancer.release_server(self, server_id)
         self._last_release = self._progress[server_id] = time.monotonic()
+        # verl 0.9.1's clients give the request id (``require_release_fields``): the ledger ends it (the floor),
+        # and the time it held its server is its prompt's length for the admission order (``admission.py``).
+        request_id = extra.get("request_id")
+        if request_id is not None:
+            self.ledger.ended(request_id, self._last_release, extra.get("response_tokens"))
+            key = self._prompt_keys.pop(request_id, None)
+            if request_id in self._moved:
+                self._moved.discard(request_id)
+            elif key is not None:
+                self._waiting.finished(key, self.ledger.held_s(request_id))
         self._release_times.append(self._last_release)
         if self._waiting:
             self._hand_out(at_most=1)  # a release frees one slot: looking further would only scan for nothing
@@ -193,7 +255,7 @@ class SharedRolloutBalancer(VerlBalancer):
     def _hand_out_now(self, at_most: int | None) -> None:
         handed = 0
         while self._waiting and (at_most is None or handed < at_most):
-            request_id, waiter = self._waiting[0]
+            request_id, waiter = self._waiting.peek()
             if waiter.cancelled():  # its client gave up (an aborted generation): no slot for it
                 self._waiting.popleft()
                 continue
@@ -230,6 +292,15 @@ class SharedRolloutBalancer(VerlBalancer):
         self._request_id_to_server[request_id] = server_id
         self._inflight_requests[server_id] += 1
         return server_id, self._servers[server_id]
+
+
+def prompt_key(extra: dict[str, Any]) -> Any:
+    """A request's prompt, as the admission order knows it: the key a client gave, or its prompt's tokens hashed
+    (siblings of ``rollout.n`` share it, and the same prompt at its next epoch); None without either."""
+    if (key := extra.get("prompt_key")) is not None:
+        return key
+    prompt_ids = extra.get("prompt_ids")
+    return None if prompt_ids is None else hash(tuple(prompt_ids))
 
 
 def caps_for_late_join(

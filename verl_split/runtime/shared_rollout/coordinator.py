@@ -55,6 +55,7 @@ from verl.utils.ray_utils import auto_await
 # only when shared rollout is on (hooks.py); the preflight declares these names (seams.py).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
+from verl_split.core import settings
 from verl_split.placement import Job
 from verl_split.placement.job_config import trainer_job
 from verl_split.runtime.placement.nodes import announce
@@ -109,7 +110,7 @@ def _route_to_all(manager: Any, replicas: list[Any], job: Job) -> Any | None:
         balancer = (
             ray.remote(SharedRolloutBalancer)
             .options(max_concurrency=MAX_CONCURRENCY)
-            .remote(servers=servers, **determinism)
+            .remote(servers=servers, admission_order=settings.current().tail, **determinism)
         )
         previous, manager.global_load_balancer = manager.global_load_balancer, balancer
         # Nothing holds it yet: v1 hands out clients after the trainer's _setup, v0 right after this (start).

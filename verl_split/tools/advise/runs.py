@@ -41,6 +41,7 @@ from verl_split.tools.advise.exports import AdviseError
 from verl_split.tools.advise.layout import CONFIG, RunLayout, run_layout
 from verl_split.tools.advise.log_job import job_config, model_shape
 from verl_split.tools.advise.logs import CSV, PeriodicWork, read_log
+from verl_split.tools.advise.tail import tail_notes
 
 __all__ = ["AdviseError", "LANES", "PUSH_S", "SYNC_S", "Run", "Spread", "lane_times", "read_records", "read_run"]
 
@@ -292,6 +293,7 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
             f"({100 * even:.0f} % would be an even spread over the GPUs); its generation counts as on all "
             f"{layout.actor_gpus + layout.critic_gpus} GPUs"
         )
+    notes += tail_notes(steady)
     syncs = [
         max(v - push, 0.0) for s, push in zip(steady, on_path, strict=True) if (v := number(s.get(SYNC_S))) is not None
     ]
