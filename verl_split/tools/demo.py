@@ -161,6 +161,11 @@ def demo_jobs(out: Path, compare: bool, environ: Mapping[str, str] | None = None
     ]
 
 
+def jobs_to_run(jobs: list[Job], only: str | None) -> list[Job]:
+    """The one of ``jobs`` (``--compare``'s) that ``--only`` names (a key of ``RUN_NAMES``), else all of them."""
+    return [job for job in jobs if job.title == RUN_NAMES[only]] if only else jobs
+
+
 def run(args: argparse.Namespace) -> int:
     cuda = args.device == "cuda"
     try:
@@ -194,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = demo_jobs(out, args.compare, stock_gpus=1 if cuda else 0)
     if device is not None:
         jobs = [dataclasses.replace(job, env=one_gpu.environment(job.env, device)) for job in jobs]
-    to_run = [job for job in jobs if job.title == RUN_NAMES[args.only]] if args.only else jobs
+    to_run = jobs_to_run(jobs, args.only)
     if args.only:
         mode = f"one run of the comparison: {to_run[0].label}"
     elif args.compare:
