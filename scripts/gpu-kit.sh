@@ -10,12 +10,12 @@
 # The size check adds the files that travel with the tree (git's tracked and untracked-not-ignored files) to
 # .gpukit/ and compares the sum with GPUKIT_LIMIT_MIB (64). Exit status: 0 fine, 3 no kit, 4 over the limit,
 # 1 the build failed.
-# GPUKIT_PYTHON (3.12): the Python the kit is for (pip downloads that Python's wheels from any Python here);
+# GPUKIT_DIR (.gpukit): where the kit goes. GPUKIT_PYTHON (3.12): the Python the kit is for (pip downloads that Python's wheels from any Python here);
 # GPUKIT_TRANSFORMERS: a transformers==X tokenizers==Y pair for the kit to carry, for a machine whose own
 # transformers does not work with verl (empty: the machine's own).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-DEST=$REPO/.gpukit
+DEST=${GPUKIT_DIR:-$REPO/.gpukit}  # another folder for a kit beside the one that travels (a rehearsal's)
 KIT=$DEST/site.tar.xz
 LIMIT_MIB=${GPUKIT_LIMIT_MIB:-64}
 PY_VERSION=${GPUKIT_PYTHON:-3.12}
@@ -29,7 +29,7 @@ check() {
   tree=$(cd "$REPO" && git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
   kit=$(du -sb "$DEST" | cut -f1)
   awk -v t="$tree" -v k="$kit" -v l="$LIMIT_MIB" 'BEGIN {
-    printf "gpu-kit: the tree %.2f MiB + .gpukit/ %.2f MiB = %.2f MiB (limit %d MiB)\n", t/2^20, k/2^20, (t+k)/2^20, l
+    printf "gpu-kit: the tree %.2f MiB + the kit %.2f MiB = %.2f MiB (limit %d MiB)\n", t/2^20, k/2^20, (t+k)/2^20, l
     exit (t + k > l * 2^20) }' || {
     echo "gpu-kit: the tree and the kit are over ${LIMIT_MIB} MiB: remove large untracked files, or ignore them" >&2
     return 4
