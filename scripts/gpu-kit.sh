@@ -10,7 +10,8 @@
 # The size check adds the files that travel with the tree (git's tracked and untracked-not-ignored files) to
 # .gpukit/ and compares the sum with GPUKIT_LIMIT_MIB (64). Exit status: 0 fine, 3 no kit, 4 over the limit,
 # 1 the build failed.
-# GPUKIT_DIR (.gpukit): where the kit goes. GPUKIT_PYTHON (3.12): the Python the kit is for (pip downloads that Python's wheels from any Python here);
+# GPUKIT_DIR (.gpukit): where the kit goes. GPUKIT_PYTHON (3.12): the Python the kit is for (pip downloads that
+# Python's wheels from any Python here);
 # GPUKIT_TRANSFORMERS: a transformers==X tokenizers==Y pair for the kit to carry, for a machine whose own
 # transformers does not work with verl (empty: the machine's own).
 set -euo pipefail

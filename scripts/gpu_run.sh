@@ -175,14 +175,18 @@ for run in $RUNS; do
   [ "$run" = overlap ] || folder=$DEMO/$run
   mkdir -p "$folder"
   # What comes back from a GPU machine is limited (16 MiB a file): keep the end of a long log.
-  find "$folder" -maxdepth 1 -name main_ppo.log -size +4M -exec sh -c 'tail -c 4000000 "$1" > "$1.end" && mv "$1.end" "$1"' _ {} \;
+  find "$folder" -maxdepth 1 -name main_ppo.log -size +4M \
+    -exec sh -c 'tail -c 4000000 "$1" > "$1.end" && mv "$1.end" "$1"' _ {} \;
   tar -czf "$OUT/run-$run.tar.gz.part" -C "$WORK" "console-$run.txt" -C "$folder" --exclude=./sequential \
     --exclude=./stock . && mv "$OUT/run-$run.tar.gz.part" "$OUT/run-$run.tar.gz"
   took=$(grep -hoE "finished in [0-9]+s" "$console" | tail -1)
   case $rc in
     0) stamp "run $run rc=0 (cap ${cap} s): ${took:-finished}; packed in run-$run.tar.gz" ;;
     124 | 137) stamp "run $run cut at its cap of ${cap} s (rc=$rc); what it wrote is packed in run-$run.tar.gz" ;;
-    *) stamp "run $run rc=$rc: $(grep -hE 'exited with status|^verl-split demo: ' "$console" | tail -1); packed in run-$run.tar.gz" ;;
+    *)
+      why=$(grep -hE 'exited with status|^verl-split demo: ' "$console" | tail -1)
+      stamp "run $run rc=$rc: $why; packed in run-$run.tar.gz"
+      ;;
   esac
 done
 [ "${probe:-1}" -eq 0 ] && [ "$failed" -eq 0 ]
