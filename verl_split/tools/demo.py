@@ -235,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
     # With --only, the runs made before by other calls into the same OUT join the tables.
     shown = [job for job in jobs if job in to_run or (job.out / METRICS_FILE).exists()]
     metrics = {job.title: read_metrics(job.out / METRICS_FILE) for job in shown}
-    code = _summary(shown, metrics, out)
+    # The plots go with the run made, in its folder: a caller packing each run as it ends keeps them.
+    code = _summary(shown, metrics, to_run[-1].out if args.only else out)
     if device is not None:
         print(device.layout())
     return code
