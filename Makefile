@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
+.PHONY: demo gpukit test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ $(BIN)/verl-split: pyproject.toml
 # table on the console, verl's output and the plots in demo_output/.
 demo: $(BIN)/verl-split
 	VERL_SPLIT=1 $(BIN)/verl-split demo --compare --out demo_output
+
+# The offline kit for a GPU machine with no verl, Ray or network (docs/gpu.md): .gpukit/site.tar.xz, then the
+# tree plus the kit checked against the 64 MiB that travel with a tree (scripts/gpu-kit.sh --check alone).
+gpukit:
+	scripts/gpu-kit.sh
 
 # The unit tier, then the subprocess and network tiers, each on both cores (pytest-xdist, -n 2; --dist loadgroup
 # keeps a file's tests on one worker, and each worker's Ray gets a folder of its own: tests/support/xdist_groups.py),

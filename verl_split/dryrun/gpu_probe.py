@@ -10,6 +10,10 @@ placement planned by verl-split (one pool a GPU) and its pools made as a run mak
 ``CUDA_VISIBLE_DEVICES``, Ray's GPU ids and, where torch sees a GPU, that GPU's name and UUID. On a GPU machine
 both report the one GPU, by UUID; on a CPU the same Ray bookkeeping runs (``tests/dryrun/test_gpu_probe.py``) with
 no device to name. Exit status 1 when the pools' workers do not see one and the same device.
+
+Its Ray is set for a machine it may never have run on: a small object store (``OBJECT_STORE_BYTES``: Ray's default,
+30 % of the memory, may not fit a small ``/dev/shm``, and the probe moves nothing) and the node on the loopback
+address (``NODE_ADDRESS``: a machine with no routable interface gives Ray's address detection nothing to find).
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ import json
 import os
 import sys
 from typing import Any
+
+#: The probe's object store: ample for a few small calls, and small enough for any ``/dev/shm``.
+OBJECT_STORE_BYTES = 1_000_000_000
+#: A one-node cluster needs no other address than the loopback one.
+NODE_ADDRESS = "127.0.0.1"
 
 
 def _worker_class():
@@ -60,6 +69,8 @@ def probe(device: str = "0") -> dict[str, dict[str, Any]]:
         num_cpus=16,  # logical: verl asks for several CPUs a bundle (max_colocate_count)
         num_gpus=LOGICAL_GPUS,
         include_dashboard=False,
+        object_store_memory=OBJECT_STORE_BYTES,
+        _node_ip_address=NODE_ADDRESS,
         _temp_dir=ray_temp_dir(),
         runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": device}},
     )

@@ -50,6 +50,8 @@ STEP_PLOT_FILE = "step_times.png"
 STOCK_TITLE = "stock"
 SEQUENTIAL_TITLE = "split, overlaps off"
 OVERLAP_TITLE = "split, overlaps on"
+#: ``--only``'s names for the runs of ``--compare``.
+RUN_NAMES = {"stock": STOCK_TITLE, "sequential": SEQUENTIAL_TITLE, "overlap": OVERLAP_TITLE}
 #: The critic's PPO epochs per step in the demo's GAE job (the actor keeps verl's 1): a critic-heavy job, as
 #: with a critic larger than the actor. The tiny critic's epoch costs a few tens of ms beside a fixed cost per
 #: update call of about as much again (measured on 2 cores, 2026-11-25: 3 epochs made its update only 1.3-2x
@@ -93,6 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the job three ways (stock verl, split with overlaps off, split with overlaps on), "
         "in OUT/stock, OUT/sequential and OUT, and compare their phases",
+    )
+    parser.add_argument(
+        "--only",
+        choices=tuple(RUN_NAMES),
+        default=None,
+        help="with --compare: run this one of its three runs, in its folder; the tables compare it with the "
+        "other runs whose metrics are already in OUT (a GPU call that must keep each run as it ends)",
     )
     parser.add_argument(
         "--device",
@@ -152,6 +161,11 @@ def demo_jobs(out: Path, compare: bool, environ: Mapping[str, str] | None = None
     ]
 
 
+def jobs_to_run(jobs: list[Job], only: str | None) -> list[Job]:
+    """The one of ``jobs`` (``--compare``'s) that ``--only`` names (a key of ``RUN_NAMES``), else all of them."""
+    return [job for job in jobs if job.title == RUN_NAMES[only]] if only else jobs
+
+
 def run(args: argparse.Namespace) -> int:
     cuda = args.device == "cuda"
     try:
@@ -164,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
                 f"--device cuda runs split placement on {one_gpu.LOGICAL_GPUS} logical GPUs of one device; "
                 "leave --gpus out"
             )
+        if args.only and not args.compare:
+            raise ValueError("--only runs one of the runs of --compare: give it with --compare")
         if args.rehearse and not cuda:
             raise ValueError("--rehearse rehearses the one-GPU job: give it with --device cuda")
         device = None if not cuda else one_gpu.rehearsal() if args.rehearse else one_gpu.check(family=family)
@@ -183,7 +199,10 @@ def run(args: argparse.Namespace) -> int:
     jobs = demo_jobs(out, args.compare, stock_gpus=1 if cuda else 0)
     if device is not None:
         jobs = [dataclasses.replace(job, env=one_gpu.environment(job.env, device)) for job in jobs]
-    if args.compare:
+    to_run = jobs_to_run(jobs, args.only)
+    if args.only:
+        mode = f"one run of the comparison: {to_run[0].label}"
+    elif args.compare:
         mode = "stock verl, then split placement with overlaps off, then on"
     else:
         mode = "split placement" if split else "stock placement (set VERL_SPLIT=1 for split placement)"
@@ -206,16 +225,18 @@ def run(args: argparse.Namespace) -> int:
         )
     if split and not _print_placement(overrides(jobs[-1])):
         return 2
-    if args.compare:
+    if args.compare and jobs[0] in to_run:
         stock_gpus = jobs[0].gpus or gpus
         print(f"stock verl: one pool (global_pool), every role on each of the {stock_gpus} logical GPU(s)")
-    metrics: dict[str, list[dict[str, Any]]] = {}
-    for number, job in enumerate(jobs, 1):
-        code = run_job(job, overrides(job), f"[{number}/{len(jobs)}]", args.steps)
+    for number, job in enumerate(to_run, 1):
+        code = run_job(job, overrides(job), f"[{number}/{len(to_run)}]", args.steps)
         if code != 0:
             return code
-        metrics[job.title] = read_metrics(job.out / METRICS_FILE)
-    code = _summary(jobs, metrics, out)
+    # With --only, the runs made before by other calls into the same OUT join the tables.
+    shown = [job for job in jobs if job in to_run or (job.out / METRICS_FILE).exists()]
+    metrics = {job.title: read_metrics(job.out / METRICS_FILE) for job in shown}
+    # The plots go with the run made, in its folder: a caller packing each run as it ends keeps them.
+    code = _summary(shown, metrics, to_run[-1].out if args.only else out)
     if device is not None:
         print(device.layout())
     return code
