@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
+.PHONY: demo dist test-dist test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,18 @@ $(BIN)/verl-split: pyproject.toml
 demo: $(BIN)/verl-split
 	VERL_SPLIT=1 $(BIN)/verl-split demo --compare --out demo_output
 
+# The wheel and the sdist a user installs (dist/), built from this checkout and checked before anyone installs
+# them (scripts/check_dist.py: every module, the start-up file, the entry points, the metadata).
+dist: $(BIN)/verl-split
+	rm -rf dist
+	$(BIN)/uv build --quiet --out-dir dist
+	$(BIN)/python scripts/check_dist.py dist
+
+# The wheel installed as a user would, into a fresh environment with verl 0.9.1, then `verl-split doctor` and a
+# one-step split CPU dry run from it, outside the checkout (scripts/test-dist.sh).
+test-dist: dist
+	scripts/test-dist.sh
+
 # The unit tier, then the subprocess and network tiers, each on both cores (pytest-xdist, -n 2; --dist loadgroup
 # keeps a file's tests on one worker, and each worker's Ray gets a folder of its own: tests/support/xdist_groups.py),
 # then the end-to-end runs one at a time: two at once took 31.0 min against 25.3 and one shared-rollout run's late
@@ -34,6 +46,7 @@ test: $(BIN)/verl-split
 	$(BIN)/python -m pytest -m unit $(XDIST)
 	$(BIN)/python -m pytest -m "not unit and not e2e" $(XDIST)
 	$(BIN)/python -m pytest -m e2e
+	$(MAKE) test-dist
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
 
