@@ -64,9 +64,8 @@ def wheel_problems(wheel: Path, modules: set[str], version: str) -> list[str]:
             problems.append(f"{wheel.name}: {len(missing)} module(s) of {PACKAGE}/ left out, e.g. {missing[0]}")
         if START_UP_FILE not in names:
             problems.append(f"{wheel.name}: no {START_UP_FILE} at its root: verl 0.7/0.8 would never load verl-split")
-        declared = entry_points(archive.read(f"{info}/entry_points.txt").decode()) if (
-            f"{info}/entry_points.txt" in names
-        ) else set()
+        listed = f"{info}/entry_points.txt"
+        declared = entry_points(archive.read(listed).decode()) if listed in names else set()
         for group, name, target in ENTRY_POINTS:
             if (group, name, target) not in declared:
                 problems.append(f"{wheel.name}: no entry point [{group}] {name} = {target}")
@@ -114,8 +113,10 @@ def main(argv: list[str]) -> int:
         print(f"check_dist: {problem}", file=sys.stderr)
     if problems:
         return 1
-    print(f"check_dist: {wheels[0].name} and {sdists[0].name}: the package, {START_UP_FILE}, the entry points, "
-          "the metadata")
+    print(
+        f"check_dist: {wheels[0].name} and {sdists[0].name}: the package, {START_UP_FILE}, the entry points, "
+        "the metadata"
+    )
     return 0
 
 
