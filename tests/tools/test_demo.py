@@ -7,7 +7,7 @@ import pytest
 
 from verl_split.dryrun.assets import TinyAssets
 from verl_split.dryrun.recipe import dry_run_overrides, run_environment
-from verl_split.tools.demo import DEMO_CRITIC_EPOCHS, demo_jobs, demo_overrides
+from verl_split.tools.demo import DEMO_CRITIC_EPOCHS, conclusion, demo_jobs, demo_overrides
 
 pytestmark = pytest.mark.unit
 
@@ -44,3 +44,16 @@ def test_on_one_gpu_the_stock_run_has_one_logical_gpu_and_the_split_runs_the_dem
     assert (stock.gpus, off.gpus, on.gpus) == (1, 0, 0)  # 0: the demo's own number (two logical GPUs)
     (single,) = demo_jobs(tmp_path, compare=False, environ={}, stock_gpus=1)
     assert single.gpus == 1
+
+
+def test_the_demo_ends_on_what_to_conclude_and_what_to_run_next():
+    lines = conclusion(None, overlapped=True, split=True, compare=True)
+    assert lines[0].startswith("conclusion: the overlaps happened")
+    assert "says nothing of what split placement gains on GPUs" in lines[0]
+    assert lines[-1].startswith("next, for your job: `verl-split advise <your run's log>")
+    assert "`verl-split plan --placement A:C <your overrides>`" in lines[-1]
+
+
+def test_a_stock_demo_points_at_the_split_run():
+    (line,) = conclusion(None, overlapped=False, split=False, compare=False)
+    assert line == "next: `VERL_SPLIT=1 verl-split demo --compare` runs the same job with split placement too."
