@@ -100,7 +100,7 @@ test-releases:
 test-release:
 	scripts/test-release.sh $(VERL)
 
-# A verl source snapshot's leg (verl's neo or main branch, packed in ../shared/verl-src/; not in CI): its
+# A verl source snapshot's leg (verl's neo or main branch, packed in VERL_SRC_DIR, default .verl-src/; not in CI): its
 # environment, the preflight, the split demo with every overlap and shared rollout, and the bit-for-bit e2e
 # pair where its default trainer is RayPPOTrainer (scripts/source-leg.sh). make test-source VERL_SRC=neo
 VERL_SRC ?= neo
