@@ -31,7 +31,7 @@ dist: $(BIN)/verl-split
 # The wheel installed as a user would, into a fresh environment with verl 0.9.1, then `verl-split doctor` and a
 # one-step split CPU dry run from it, outside the checkout (scripts/test-dist.sh).
 test-dist: dist
-	scripts/test-dist.sh
+	PYTHON=$(PYTHON) scripts/test-dist.sh
 
 # The unit tier, then the subprocess and network tiers, each on both cores (pytest-xdist, -n 2; --dist loadgroup
 # keeps a file's tests on one worker, and each worker's Ray gets a folder of its own: tests/support/xdist_groups.py),
