@@ -224,7 +224,8 @@ def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[st
             width = len(OFF_RUN_WALL)
             line += f" | {wall:{width - 1}.2f}s" if wall is not None else f" | {'-':>{width}}"
         lines.append(line)
-    lines.append(
+    notes = []  # what the columns mean, under the table, wrapped to its width
+    notes.append(
         "sum/wall = (actor + critic) / wall; sum/max = (actor + critic) / the longer of the two, the most that "
         "running them side by side can give inside the step"
         + (
@@ -234,24 +235,25 @@ def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[st
         )
     )
     if deferred:
-        lines.append(
+        notes.append(
             "wall = the update phase the step waited for: with the critic's update deferred into the next step, its "
             "dispatch and the actor's update; hidden = the part of the critic's update behind the next step's work, "
             "waited = what the join (the next values) waited for"
         )
     if seq_wall:
-        lines.append(
+        notes.append(
             f"{OFF_RUN_WALL} = the update phase's wall in another run, split placement with the overlaps off: "
             "the two updates one after the other with nothing beside them (in this run the critic's update shared the "
             "machine with the next step's work, so it can take longer than that whole wall)"
         )
     if shared:
-        lines.append(
+        notes.append(
             "shared rollout: critic pool gen = the step's requests its replicas generated; joined at = seconds "
             "after the step's first request when the critic pool opened (0: from the start; - : it never joined, "
             "the critic's update outlasted generation); saved = an estimate of the generation time it saved: its "
             "requests at the actor pool's rate"
         )
+    lines += [part for note in notes for part in textwrap.wrap(note, width=max(len(header), 100))]
     return "\n".join(lines)
 
 
