@@ -49,11 +49,15 @@ def test_on_one_gpu_the_stock_run_has_one_logical_gpu_and_the_split_runs_the_dem
 def test_the_demo_ends_on_what_to_conclude_and_what_to_run_next():
     lines = conclusion(None, overlapped=True, split=True, compare=True)
     assert lines[0].startswith("conclusion: the overlaps happened")
-    assert "says nothing of what split placement gains on GPUs" in lines[0]
-    assert lines[-1].startswith("next, for your job: `verl-split advise <your run's log>")
-    assert "`verl-split plan --placement A:C <your overrides>`" in lines[-1]
+    assert "it says nothing of what split placement gains on GPUs." in " ".join(line.strip() for line in lines)
+    assert lines[-3] == "next, for your job:"
+    assert lines[-2].startswith("  verl-split advise <your run's log> --nnodes N --n-gpus-per-node G   # ")
+    assert lines[-1].startswith("  verl-split plan --placement A:C <your overrides>   ")
+    assert max(len(line) for line in lines) <= 120
 
 
 def test_a_stock_demo_points_at_the_split_run():
-    (line,) = conclusion(None, overlapped=False, split=False, compare=False)
-    assert line == "next: `VERL_SPLIT=1 verl-split demo --compare` runs the same job with split placement too."
+    assert conclusion(None, overlapped=False, split=False, compare=False) == [
+        "next: the same job with split placement too:",
+        "  VERL_SPLIT=1 verl-split demo --compare",
+    ]

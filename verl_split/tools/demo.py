@@ -223,26 +223,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def conclusion(device: one_gpu.Device | None, overlapped: bool, split: bool, compare: bool) -> list[str]:
-    """The demo's last lines: what its figures show and do not, and the command to try next."""
+    """The demo's last lines: what its figures show and do not, and the commands to try next, each on a line of
+    its own (to copy)."""
     lines = []
     if overlapped:
-        shown = "the overlaps happened: the update table's overlap and hidden columns, and split/* in metrics.jsonl"
+        lines.append("conclusion: the overlaps happened (the update table's overlap and hidden columns; split/*")
+        lines.append("  in metrics.jsonl).")
         if device is None:  # on one GPU, device.layout() has just said what its figure does not show
-            shown += (
-                ". The speed-up is a tiny model's on CPU cores that every worker shares: it says nothing of what "
-                "split placement gains on GPUs"
-            )
-        lines.append(f"conclusion: {shown}.")
+            lines.append("  The speed-up is a tiny model's on CPU cores that every worker shares: it says nothing of")
+            lines.append("  what split placement gains on GPUs.")
     if not split:
-        lines.append("next: `VERL_SPLIT=1 verl-split demo --compare` runs the same job with split placement too.")
+        lines += ["next: the same job with split placement too:", "  VERL_SPLIT=1 verl-split demo --compare"]
         return lines
     if not compare:
-        lines.append("next: `verl-split demo --compare` runs it beside stock verl and split with the overlaps off.")
-    lines.append(
-        "next, for your job: `verl-split advise <your run's log> --nnodes N --n-gpus-per-node G` predicts each "
-        "placement's step time; `verl-split plan --placement A:C <your overrides>` checks a layout against your "
-        "job's config."
-    )
+        lines += ["next: beside stock verl and split with the overlaps off:", "  verl-split demo --compare"]
+    lines += [
+        "next, for your job:",
+        "  verl-split advise <your run's log> --nnodes N --n-gpus-per-node G   # each placement's predicted step time",
+        "  verl-split plan --placement A:C <your overrides>                     # a layout checked against your config",
+    ]
     return lines
 
 
