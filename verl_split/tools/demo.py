@@ -227,8 +227,9 @@ def conclusion(device: one_gpu.Device | None, overlapped: bool, split: bool, com
     its own (to copy)."""
     lines = []
     if overlapped:
-        lines.append("conclusion: the overlaps happened (the update table's overlap and hidden columns; split/*")
-        lines.append("  in metrics.jsonl).")
+        lines.append(
+            "conclusion: the overlaps happened: see the update table's hidden column, and split/* in metrics.jsonl."
+        )
         if device is None:  # on one GPU, device.layout() has just said what its figure does not show
             lines.append("  The speed-up is a tiny model's on CPU cores that every worker shares: it says nothing of")
             lines.append("  what split placement gains on GPUs.")
