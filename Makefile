@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo gpukit test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
+.PHONY: demo gpukit dist test-dist test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,18 @@ demo: $(BIN)/verl-split
 gpukit:
 	scripts/gpu-kit.sh
 
+# The wheel and the sdist a user installs (dist/), built from this checkout and checked before anyone installs
+# them (scripts/check_dist.py: every module, the start-up file, the entry points, the metadata).
+dist: $(BIN)/verl-split
+	rm -rf dist
+	$(BIN)/uv build --quiet --out-dir dist
+	$(BIN)/python scripts/check_dist.py dist
+
+# The wheel installed as a user would, into a fresh environment with verl 0.9.1, then `verl-split doctor` and a
+# one-step split CPU dry run from it, outside the checkout (scripts/test-dist.sh).
+test-dist: dist
+	PYTHON=$(PYTHON) scripts/test-dist.sh
+
 # The unit tier, then the subprocess and network tiers, each on both cores (pytest-xdist, -n 2; --dist loadgroup
 # keeps a file's tests on one worker, and each worker's Ray gets a folder of its own: tests/support/xdist_groups.py),
 # then the end-to-end runs one at a time: two at once took 31.0 min against 25.3 and one shared-rollout run's late
@@ -39,6 +51,7 @@ test: $(BIN)/verl-split
 	$(BIN)/python -m pytest -m unit $(XDIST)
 	$(BIN)/python -m pytest -m "not unit and not e2e" $(XDIST)
 	$(BIN)/python -m pytest -m e2e
+	$(MAKE) test-dist
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
 
@@ -92,7 +105,7 @@ test-releases:
 test-release:
 	scripts/test-release.sh $(VERL)
 
-# A verl source snapshot's leg (verl's neo or main branch, packed in ../shared/verl-src/; not in CI): its
+# A verl source snapshot's leg (verl's neo or main branch, packed in VERL_SRC_DIR, default .verl-src/; not in CI): its
 # environment, the preflight, the split demo with every overlap and shared rollout, and the bit-for-bit e2e
 # pair where its default trainer is RayPPOTrainer (scripts/source-leg.sh). make test-source VERL_SRC=neo
 VERL_SRC ?= neo

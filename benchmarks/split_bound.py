@@ -11,7 +11,7 @@ once), each the fastest measurement of that work anywhere in the run (``whole_st
 - ``serial`` S: what no pool runs (reward, advantages, the rest of the step: the driver's own work).
 
 The best split is the best schedule verl-split runs (all overlaps, the critic's update deferred, shared
-rollout with the late join: the ``split + all + shared`` configuration) with nothing lost to running them:
+rollout with the late join: the ``split + overlaps on + shared`` configuration) with nothing lost to running them:
 each lane at its one-worker time whatever runs beside it, no weight push, the critic pool joining generation
 the moment it is free. Its step is the sum of three stages, each the longer of the two pools' lanes:
 

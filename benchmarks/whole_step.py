@@ -9,9 +9,9 @@ for ``RayPPOTrainer``) in these configurations (``--configs`` picks some):
   the critic on the other, every phase one after the other;
 - ``split + updates``: ``VERL_SPLIT_OVERLAP=updates``, the actor and critic updates at once;
 - ``split + updates + prep``: ``updates,prep``, also the critic's values beside old_log_prob + ref;
-- ``split + all``: ``VERL_SPLIT_OVERLAP=on``, also the critic's update left running into the next step
+- ``split + overlaps on``: ``VERL_SPLIT_OVERLAP=on``, also the critic's update left running into the next step
   (``defer_critic``), joined at the next values;
-- ``split + all + shared``: ``on`` with ``VERL_SPLIT_SHARED_ROLLOUT=1``, a rollout replica on the critic's
+- ``split + overlaps on + shared``: ``on`` with ``VERL_SPLIT_SHARED_ROLLOUT=1``, a rollout replica on the critic's
   logical GPU too, which joins each step's generation once the deferred critic update is done;
 - ``split + updates + prep + shared``: shared rollout without the deferral.
 
@@ -99,13 +99,15 @@ from verl_split.dryrun.runner import LOG_FILE, METRICS_FILE, main_ppo_command, r
 
 PLUGINS = Path(__file__).resolve().parents[1] / "tests" / "support" / "plugins"
 #: (key, title, VERL_SPLIT, VERL_SPLIT_OVERLAP); VERL_SPLIT None = unset.
+#: The titles are display names, also the JSON rows' ``config``: "split + overlaps on" was "split + all" before
+#: 2026-11-29 (it read as the placement ``all``, which is stock); whole_step_compare.py reads both.
 CONFIGS = (
     ("stock", "stock", None, None),
     ("sequential", "split sequential", "1", "off"),
     ("updates", "split + updates", "1", "updates"),
     ("prep", "split + updates + prep", "1", "updates,prep"),
-    ("all", "split + all", "1", "on"),
-    ("shared", "split + all + shared", "1", "on"),
+    ("all", "split + overlaps on", "1", "on"),
+    ("shared", "split + overlaps on + shared", "1", "on"),
     ("shared_nodefer", "split + updates + prep + shared", "1", "updates,prep"),
 )
 #: Configurations that also generate on the critic pool (VERL_SPLIT_SHARED_ROLLOUT=1).
@@ -547,10 +549,11 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
     means = {key: [report.mean_phases(rep["metrics"][key]) for rep in reps] for key in keys}
     shown = [p for p in report.PHASES if any(m[p] >= report.MIN_PHASE_S for ms in means.values() for m in ms)]
     print(f"\nwall time per phase, s: median [min-max] of {len(reps)} repetitions, each the mean of steps 2..N-1")
-    head = f"{'phase':<8}" + "".join(f"{TITLES[k]:>22}" for k in keys)
+    widths = {k: max(22, len(TITLES[k]) + 2) for k in keys}  # a long title keeps its column's cells under it
+    head = f"{'phase':<8}" + "".join(f"{TITLES[k]:>{widths[k]}}" for k in keys)
     print(head + "\n" + "-" * len(head))
     for phase in (*shown, "step"):
-        print(f"{phase:<8}" + "".join(f"{cell([m[phase] for m in means[k]]):>22}" for k in keys))
+        print(f"{phase:<8}" + "".join(f"{cell([m[phase] for m in means[k]]):>{widths[k]}}" for k in keys))
     for row in (r for r in rows if r["kind"] == "step" and r["config"] != TITLES["stock"]):
         against = [b for b in ("sequential", "stock") if row["config"] != TITLES[b] and f"speedup_vs_{b}" in row]
         ups = [f"{cell_of(row[f'speedup_vs_{b}'])}x against {TITLES[b]}" for b in against]

@@ -20,10 +20,14 @@ from pathlib import Path
 MEASURES = (("speedup_vs_stock", "x stock"), ("share_of_bound", "of the bound"))
 
 
+#: Configurations' display names in JSONs written before 2026-11-29, and what whole_step.py calls them now.
+FORMER_NAMES = {"split + all": "split + overlaps on", "split + all + shared": "split + overlaps on + shared"}
+
+
 def _rows(path: Path) -> tuple[dict, dict[str, dict]]:
     rows = json.loads(path.read_text())
     settings = next(r for r in rows if r.get("kind") == "settings")
-    return settings, {r["config"]: r for r in rows if r.get("kind") == "step"}
+    return settings, {FORMER_NAMES.get(r["config"], r["config"]): r for r in rows if r.get("kind") == "step"}
 
 
 def overlap(a: dict, b: dict) -> bool:

@@ -97,7 +97,7 @@ def _pinned(recorded: str, reached: str, **sizes) -> Pinned:
 #: Per trainer and name, the job a recorded run's calibration landed on (its JSON's ``settings.workload``) and
 #: that run, whose figures the docs quote. ``tests/project/test_whole_step_benchmark.py`` holds each against its JSON.
 PINNED: dict[tuple[str, str], Pinned] = {
-    # Actor and critic updates alike: calibration run 4 of 4, 2026-11-24 (split + all + shared 1.08x stock).
+    # Actor and critic updates alike: calibration run 4 of 4, 2026-11-24 (split + overlaps on + shared 1.08x stock).
     ("v1", "1to1"): _pinned(
         "whole_step.json",
         "0.99:1 in the updates, 1.10:1 in the preparation",
@@ -108,7 +108,7 @@ PINNED: dict[tuple[str, str], Pinned] = {
         trainer="v1",
     ),
     # A critic twice the actor (--update-ratio 0.5 --critic-epochs 2): run 4 of 4, 2026-11-25, after the servers'
-    # cap change the code still has (split + all + shared 1.08x stock).
+    # cap change the code still has (split + overlaps on + shared 1.08x stock).
     ("v1", "critic-heavy"): _pinned(
         "whole_step_late_join_critic_heavy_2.json",
         "0.52:1 in the updates, 0.81:1 in the preparation",
@@ -129,7 +129,7 @@ PINNED: dict[tuple[str, str], Pinned] = {
         trainer="v0",
     ),
     # RayPPOTrainer, asked for 0.5:1 (--calibration-runs 2), landed on a critic 3.2x the actor: run 2, 2026-11-27
-    # (split + all + shared 1.09x). Heavier than v1's critic-heavy job: the figures it gave were on this one.
+    # (split + overlaps on + shared 1.09x). Heavier than v1's critic-heavy job: the figures it gave were on this one.
     ("v0", "critic-heavy"): _pinned(
         "whole_step_v0_critic_heavy.json",
         "0.31:1 in the updates, 0.51:1 in the preparation",

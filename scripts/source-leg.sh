@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test leg of a verl source snapshot that is on no package index (verl's `neo` or `main` branch, packed as
-# verl-NAME-COMMIT.tar.gz in ../shared/verl-src/, or VERL_SRC_DIR): its environment from the source tree
-# (scripts/source-env.sh -> .venvs/verl-NAME), then
+# verl-NAME-COMMIT.tar.gz in VERL_SRC_DIR, default .verl-src/; in a clone of verl, e.g.
+# `git archive --prefix=verl/ -o DIR/verl-neo-$(git rev-parse --short neo).tar.gz neo`): its environment from the
+# source tree (scripts/source-env.sh -> .venvs/verl-NAME), then
 #   1. the preflight: `VERL_SPLIT=1 verl-split doctor --json`, every feature available;
 #   2. the split demo with every overlap and shared rollout: `verl-split demo --steps 2` with VERL_SPLIT=1 and
 #      VERL_SPLIT_SHARED_ROLLOUT=1, on verl's own default trainer there (RayPPOTrainer on neo, v1 on main), each
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -eq 1 ]] || { echo "usage: $0 NAME  (neo or main: an archive verl-NAME-*.tar.gz in \$VERL_SRC_DIR)" >&2; exit 2; }
 name=$1
-src=${VERL_SRC_DIR:-../shared/verl-src}
+src=${VERL_SRC_DIR:-.verl-src}
 archive=$(ls "$src"/verl-"$name"-*.tar.gz 2>/dev/null | head -1)
 [[ -n $archive ]] || { echo "no $src/verl-$name-*.tar.gz (set VERL_SRC_DIR to the folder of verl's packed sources)" >&2; exit 2; }
 started=$SECONDS

@@ -15,7 +15,8 @@
 #
 # The data: verl's examples/data_preprocess/gsm8k.py (in verl's repository) writes
 # train.parquet and test.parquet into ~/data/gsm8k. Install: verl as verl documents it (its uv environment
-# or a verlai/verl image), then `pip install verl-split` into that environment (the README, Run it).
+# or a verlai/verl image), then verl-split from its checkout, `pip install /path/to/verl-split`, into that
+# environment (the README, Run it).
 set -xeuo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -121,6 +121,11 @@ def test_the_update_table_shows_a_deferred_critic_update():
     assert rows[0]["wall_s"] == pytest.approx(1.01) and rows[0]["speedup"] == pytest.approx(4.0 / 1.01)
     table = report.summary_table(rows)
     assert "hidden" in table and "1.50s" in table and "0.50s" in table
+    # Named by what they divide: a deferred step's sum/wall (4.0 / 1.01) above its sum/max (4 / 3) is no puzzle.
+    assert [cell.strip() for cell in table.splitlines()[0].split("|")[5:7]] == ["sum/wall", "sum/max"]
+    assert "a step whose critic update was deferred can pass it, its wall no longer holds that update" in " ".join(
+        table.splitlines()
+    )
     assert "critic pool gen" not in table  # no shared rollout logged: no such columns
     line = report.deferral_line(rows + report.step_rows([{**deferred, "step": 2, "split/critic_update_deferred": 0}]))
     assert line.startswith("the critic's update deferred in step 1: of its 3.00 s (1.00 s for the actor's), 1.50 s")
@@ -140,4 +145,14 @@ def test_the_update_table_shows_shared_rollouts_late_join_when_logged():
     assert lines[0].split("|")[-3:] == [" critic pool gen ", " joined at ", "   saved"]
     assert [c.strip() for c in lines[2].split("|")[-3:]] == ["25 %", "0.42s", "0.30s"]
     assert [c.strip() for c in lines[3].split("|")[-3:]] == ["0 %", "-", "0.00s"]  # never joined
-    assert "joined at = seconds after the step's first request" in lines[-1]
+    assert "joined at = seconds after the step's first request" in " ".join(lines[4:])
+
+
+def test_the_overlaps_off_runs_wall_is_named_as_another_runs():
+    """The overlaps-off run's update wall can be shorter than this run's critic update: the table says whose it is."""
+    step = {"step": 2, "split/critic_update_s": 0.6, "split/actor_update_s": 0.12, "split/update_wall_s": 0.6}
+    rows = report.step_rows([step])
+    lines = report.summary_table(rows, report.step_rows([{**step, "split/update_wall_s": 0.45}])).splitlines()
+    assert lines[0].split("|")[-1].strip() == "overlaps-off run's wall" and lines[2].endswith("0.45s")
+    assert any(line.startswith("overlaps-off run's wall = the update phase's wall in another run") for line in lines)
+    assert max(len(line) for line in lines) <= max(len(lines[0]), 100)  # the notes wrapped to the table's width

@@ -65,6 +65,9 @@ def test_demo_compare_runs_three_ways_and_keeps_the_console_short(demo):
     assert any(line.startswith(f"the job: the critic trains {DEMO_CRITIC_EPOCHS} epochs a step") for line in lines)
     assert any(line.startswith("the critic's update deferred in step 1: of its ") for line in lines), console
     assert "step 1's start-up clipped to the later steps' scale" in console
+    # issue 54: it ends on what to conclude (the overlaps happened; the CPU figure is no GPU one) and what to run next.
+    assert any(line.startswith("conclusion: the overlaps happened") for line in lines), console[-3000:]
+    assert proc.stdout.rstrip().splitlines()[-2].startswith("  verl-split advise <your run's log>"), console[-3000:]
     for tag in ("[1/3] stock verl", "[2/3] split placement, overlaps off", "[3/3] split placement, overlaps on"):
         assert f"{tag}: step {STEPS}/{STEPS} " in console, tag
     assert "ray init kwargs" not in console  # verl's own output stays in the logs

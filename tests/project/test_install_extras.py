@@ -1,4 +1,4 @@
-"""The GPU install follows verl's own: verl's environment first, as verl documents it, then ``pip install verl-split``.
+"""The GPU install follows verl's own: verl's environment first, as verl documents it, then verl-split from a checkout.
 
 verl 0.9.1 installs its CUDA stack with uv from its own lock and indexes (its sdist's pyproject.toml,
 ``[tool.uv.sources]`` and ``[[tool.uv.index]]``: torch from ``https://download.pytorch.org/whl/cu130``,
@@ -7,7 +7,7 @@ packages, never an index (PEP 508; PyPI refuses direct URLs in uploaded metadata
 standing for ``verl[vllm,fsdp]`` made pip re-resolve that stack from PyPI: flash-attn from its sdist (a CUDA
 build; it fails at once without torch in the build environment). verl-split has no GPU extra. What is held
 here, without a download: no extra brings verl's GPU stack; verl-split's own requirements are met by verl's
-uv lock, so ``pip install verl-split`` into verl's environment installs verl-split alone (pip's own dry run
+uv lock, so installing verl-split into verl's environment installs verl-split alone (pip's own dry run
 of it: ``tests/project/test_install_dry_run.py``, network tier); verl's GPU extras, the ones its uv workflow syncs,
 bring what the GPU path imports; the two docs say so.
 """
@@ -129,7 +129,7 @@ def test_the_ray_floor_is_below_the_tested_ray_and_above_verls():
 def test_the_docs_install_verl_as_verl_does_then_verl_split(doc):
     section = install_section(doc)
     commands = "".join(re.findall(r"```bash\n(.*?)```", section, re.S))
-    assert "pip install verl-split" in commands
+    assert "pip install /path/to/verl-split" in commands  # from a checkout or its wheel: not yet on PyPI
     assert "verl-split[" not in commands, "no GPU extra any more"
     # verl's two documented ways: its uv workflow (with the extras above) and its Docker images.
     assert "uv sync --python 3.12 --extra vllm --extra fsdp" in section
@@ -160,6 +160,36 @@ def extras_advised(path: Path) -> set[str]:
 @pytest.mark.parametrize("path", ADVICE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_install_line_names_a_gone_extra(path):
     assert extras_advised(path) <= set(EXTRAS), f"{path.name}: install verl as verl does, then verl-split"
+
+
+#: Whether verl-split is on PyPI. Until it is, no doc or script may tell a user to install it by name from an index.
+PUBLISHED = False
+_INSTALL_BY_NAME = re.compile(r"^\s*(?:uv )?pip install (?:-\S+ )*['\"]?verl-split\b(?![/.\w-])", re.M)
+
+
+def installs_by_name(path: Path) -> list[str]:
+    """The lines of ``path`` that install verl-split from a package index by its name: a doc's bash blocks, or
+    anywhere in a script."""
+    text = path.read_text()
+    if path.suffix == ".md":
+        text = "".join(re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M))
+    return [match.group(0).strip() for match in _INSTALL_BY_NAME.finditer(text)]
+
+
+@pytest.mark.parametrize("path", ADVICE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_install_line_asks_pypi_for_an_unpublished_package(path):
+    """issue 54: `pip install verl-split` found no distribution, and it was the only install line."""
+    if PUBLISHED:
+        pytest.skip("verl-split is on PyPI")
+    assert not installs_by_name(path), f"{path.name}: verl-split is not on PyPI; install from a checkout or a wheel"
+
+
+def test_the_by_name_check_finds_an_index_install_and_leaves_a_path_alone(tmp_path):
+    (tmp_path / "doc.md").write_text(
+        "`pip install verl-split` once published.\n```bash\npip install verl-split\nuv pip install -q 'verl-split'\n"
+        "pip install /path/to/verl-split\npip install ./verl-split\npip install verl-split-0.1.whl\n```\n"
+    )
+    assert installs_by_name(tmp_path / "doc.md") == ["pip install verl-split", "uv pip install -q 'verl-split"]
 
 
 def test_the_advice_check_finds_a_gone_extra(tmp_path):

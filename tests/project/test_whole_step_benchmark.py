@@ -176,15 +176,15 @@ def test_the_bound_and_the_headline_from_a_repetitions_metrics(bench, capsys):
     )
     rows = [bound, *ws.step_rows(reps, best)]
     headline = ws.headline_row(rows)
-    # split + all + shared: 6.0 s against stock's 5.3 (0.88x) and the best split's 5.7: 5.7 / 6.0 = 0.95 of it.
-    assert headline["config"] == "split + all + shared"
+    # split + overlaps on + shared: 6.0 s against stock's 5.3 (0.88x) and the best split's 5.7: 5.7 / 6.0 = 0.95 of it.
+    assert headline["config"] == "split + overlaps on + shared"
     assert headline["speedup_vs_stock"] == pytest.approx(5.3 / 6.0)
     assert headline["bound_speedup_vs_stock"] == pytest.approx(5.3 / 5.7)
     assert headline["share_of_bound"] == pytest.approx(0.95)
     ws.print_headline(headline)
     assert (
-        "headline: split + all + shared 0.88x [0.88-0.88] stock on the whole step; 0.95 [0.95-0.95] of the best split "
-        "of this job on this machine, 0.93x [0.93-0.93] stock" in capsys.readouterr().out
+        "headline: split + overlaps on + shared 0.88x [0.88-0.88] stock on the whole step; 0.95 [0.95-0.95] of the "
+        "best split of this job on this machine, 0.93x [0.93-0.93] stock" in capsys.readouterr().out
     )
 
 
@@ -343,10 +343,10 @@ def test_calibrate_keeps_its_options_and_makes_the_job(bench):
     assert job is None and args.update_ratio == 0.5 and args.prep_ratio == 1.0 and args.trainer == "v0"
 
 
-def write_run(path, workload, speedup):
+def write_run(path, workload, speedup, config="split + overlaps on + shared"):
     rows = [
         {"kind": "settings", "date": "d", "workload": workload},
-        {"kind": "step", "config": "split + all + shared", "speedup_vs_stock": speedup},
+        {"kind": "step", "config": config, "speedup_vs_stock": speedup},
     ]
     path.write_text(json.dumps(rows))
     return path
@@ -362,5 +362,18 @@ def test_compare_agrees_where_the_ranges_overlap_and_refuses_two_jobs(monkeypatc
     other = write_run(tmp_path / "other.json", {"batch": 64}, {"min": 1.0, "median": 1.0, "max": 1.0})
     assert compare.main([str(a), str(b)]) == 0
     assert compare.main([str(a), str(c)]) == 1
-    assert "split + all + shared: 1.08 [1.04-1.12] against 1.15 [1.13-1.17] x stock: DIFFER" in capsys.readouterr().out
+    differ = "split + overlaps on + shared: 1.08 [1.04-1.12] against 1.15 [1.13-1.17] x stock: DIFFER"
+    assert differ in capsys.readouterr().out
     assert compare.main([str(a), str(other)]) == 2
+
+
+def test_compare_reads_a_run_recorded_under_the_former_name(monkeypatch, tmp_path, capsys):
+    """Runs recorded before 2026-11-29 name "split + overlaps on + shared" "split + all + shared"."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    compare = importlib.import_module("whole_step_compare")
+    job, speedup = {"batch": 128}, {"min": 1.04, "median": 1.08, "max": 1.12}
+    old = write_run(tmp_path / "old.json", job, speedup, config="split + all + shared")
+    assert compare.main([str(old), str(write_run(tmp_path / "new.json", job, speedup))]) == 0
+    assert "split + overlaps on + shared: 1.08 [1.04-1.12] against 1.08 [1.04-1.12] x stock: agree" in (
+        capsys.readouterr().out
+    )

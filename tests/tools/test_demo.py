@@ -10,7 +10,7 @@ import pytest
 from verl_split.dryrun.assets import TinyAssets
 from verl_split.dryrun.recipe import dry_run_overrides, run_environment
 from verl_split.tools import demo
-from verl_split.tools.demo import DEMO_CRITIC_EPOCHS, demo_jobs, demo_overrides, jobs_to_run
+from verl_split.tools.demo import DEMO_CRITIC_EPOCHS, conclusion, demo_jobs, demo_overrides, jobs_to_run
 
 pytestmark = pytest.mark.unit
 
@@ -49,20 +49,5 @@ def test_on_one_gpu_the_stock_run_has_one_logical_gpu_and_the_split_runs_the_dem
     assert single.gpus == 1
 
 
-def test_only_picks_one_run_of_the_comparison_in_its_own_folder(tmp_path):
-    jobs = demo_jobs(tmp_path, compare=True, environ={})
-    assert [job.out for job in jobs_to_run(jobs, "overlap")] == [tmp_path]
-    assert [job.out for job in jobs_to_run(jobs, "sequential")] == [tmp_path / "sequential"]
-    (stock,) = jobs_to_run(jobs, "stock")
-    assert stock.out == tmp_path / "stock" and "VERL_SPLIT" not in stock.env
-    assert jobs_to_run(jobs, None) == jobs
-
-
-def test_only_without_compare_is_refused_in_one_line(tmp_path, capsys):
-    parser = argparse.ArgumentParser()
-    demo.add_arguments(parser)
-    args = parser.parse_args(["--only", "stock", "--out", str(tmp_path / "out")])
-    assert demo.run(args) == 2
-    refusal = "verl-split demo: --only runs one of the runs of --compare: give it with --compare\n"
-    assert capsys.readouterr().err == refusal
-    assert not (tmp_path / "out").exists()
+from verl_split.tools import demo
+from verl_split.tools.demo import DEMO_CRITIC_EPOCHS, conclusion, demo_jobs, demo_overrides, jobs_to_run

@@ -43,7 +43,23 @@ def test_doctor_text_shows_the_patches_and_who_loaded_verl_split(capsys):
         "  verl patches      plugin-entry-points: patched (this verl loads verl.plugins entry points: "
         "no start-up file needed)" in lines
     )
-    assert "                    per-node-fit: yes" in lines and "                    batch-per-pool: no" in lines
+    assert "                    per-node-fit: yes" in lines
+    # A patch not applied reads as what it is, an option, just above "healthy".
+    optional = "batch-per-pool: no (optional, for source builds: verl-split checks this itself)"
+    assert f"{'':<20}{optional}" in lines
+
+
+def test_doctor_says_how_to_switch_verl_split_on_when_it_is_off(capsys):
+    from verl_split.tools import doctor
+
+    report = {"pid": 1, "verl_split_version": "0", "verl_version": "0.9.1", "supported_verl": "0.7-0.9"}
+    report.update({"ray_version": "2", "supported": True, "active": False, "features": [], "patches": []})
+    report.update({"pending_patches": [], "loaded_by": None, "problems": [], "settings": {"enabled": False}})
+    doctor.print_text(report, "this process")
+    out = capsys.readouterr().out
+    assert "  active            no (off: verl runs stock; set VERL_SPLIT=1 to switch verl-split on)" in out
+    doctor.print_text({**report, "settings": {"enabled": True}}, "this process")  # asked for, not on: no hint
+    assert "  active            no\n" in capsys.readouterr().out
 
 
 def test_the_loader_is_told_by_feature_when_the_version_says_no(monkeypatch):

@@ -224,3 +224,34 @@ def test_the_console_command_exits_2_on_the_quoted_sync_step():
     assert "trainer.v1.sync.parameter_sync_step is '2' (text), where a whole number is needed" in proc.stderr
     assert "Write it unquoted: trainer.v1.sync.parameter_sync_step=2." in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_plan_without_a_config_names_what_it_did_not_check():
+    """issue 54: `plan --placement 5:3` passes from the cluster's shape, while verl's default config (rollout TP 2)
+    refuses the same layout: the plan says what it left out, on stderr (the picture on stdout is unchanged)."""
+    proc = plan("--nnodes", "1", "--placement", "5:3")
+    assert proc.returncode == 0, proc.stderr
+    assert "verl-split plan: checked the layout only. Not checked without your job's config: its batch sizes" in (
+        proc.stderr
+    )
+    assert "its rollout tensor-parallel size (checked here: 1, from --rollout-tp)" in proc.stderr
+    assert proc.stderr.rstrip().endswith("verl-split plan --placement 5:3 <your overrides>")
+    assert "not checked" not in proc.stdout.lower()
+    with_config = plan("--nnodes", "1", "--placement", "4:4", "trainer.n_gpus_per_node=8")
+    assert with_config.returncode == 0, with_config.stderr
+    assert "Not checked" not in with_config.stderr
+    assert "Not checked" not in plan("--json").stderr
+
+
+@_SHARED_ROLLOUT_HERE
+def test_plan_takes_advises_flag_names_and_its_own():
+    """--gpu-memory / --model-params, as advise spells them, beside plan's --gpu-memory-gb / --actor-params."""
+    from verl_split.tools import cli
+    from verl_split.tools import plan as plan_command
+
+    parser = cli.build_parser(["plan"])
+    base = ["plan", "--shared-rollout"]
+    new = parser.parse_args([*base, "--gpu-memory", "80", "--model-params", "7B"])
+    old = parser.parse_args([*base, "--gpu-memory-gb", "80", "--actor-params", "7B"])
+    assert (new.gpu_memory_gb, new.actor_params) == (old.gpu_memory_gb, old.actor_params) == (80.0, 7e9)
+    assert plan_command.has_config(new) is False

@@ -28,11 +28,12 @@ def step_scale(totals_by_step: dict[int, list[float]]) -> float | None:
     return limit if max(totals_by_step[steps[0]], default=0.0) > limit else None
 
 
-def plot_step_times(columns: Sequence[Column], path: str | os.PathLike[str]) -> bool:
+def plot_step_times(columns: Sequence[Column], path: str | os.PathLike[str], note: str = "") -> bool:
     """A PNG: for each PPO step one bar per run, side by side, stacked by phase, the step's time on top.
 
     The first step's bars are clipped at the scale of the later steps (:func:`step_scale`) when start-up makes
-    them taller, with their time written on them and a note under the title; True when they were."""
+    them taller, with their time written on them and a note under the title; True when they were. ``note``: a
+    line under the title on what the figure is (the demo's: a tiny model on CPU)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
@@ -82,11 +83,13 @@ def plot_step_times(columns: Sequence[Column], path: str | os.PathLike[str]) -> 
     steps_axis.set_xticklabels([f"step {step}" for step in steps], fontweight="bold")
     steps_axis.tick_params(length=0, pad=8 + 10 * label_lines)
     ax.set_ylabel("seconds")
-    title = "wall time of each PPO step, by phase"
+    title = "wall time of each PPO step, by phase, one bar per run"
+    if note:
+        title += f"\n{note}"
     if limit is not None:
         title += f"\nstep {steps[0]} (start-up) clipped at the later steps' scale, its time written on its bars"
         ax.set_ylim(0, limit)
-    ax.set_title(title, fontsize=10 if limit is not None else 12)
+    ax.set_title(title, fontsize=10 if limit is not None or note else 12)
     # Listed top to bottom as the bars are stacked, beside the plot so that no bar is hidden.
     handles = [Patch(color=PHASE_COLORS[p], label=f"{p}: {PHASE_MEANINGS[p]}") for p in reversed(shown)]
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -99,9 +102,16 @@ def plot_step_times(columns: Sequence[Column], path: str | os.PathLike[str]) -> 
 
 
 def plot_update_times(
-    rows: Sequence[dict[str, float]], sequential: Sequence[dict[str, float]], path: str | os.PathLike[str]
+    rows: Sequence[dict[str, float]],
+    sequential: Sequence[dict[str, float]],
+    path: str | os.PathLike[str],
+    run: str = "split, overlaps on",
+    sequential_run: str = "split, overlaps off",
 ) -> None:
-    """A PNG: per step, each update's time and the update phase's wall time with and without overlap."""
+    """A PNG: per step, each update's time and the update phase's wall time in ``run`` (``rows``), and the update
+    phase's wall in ``sequential_run`` (``sequential``), another run: each bar's label names the run it is from,
+    since that run's wall can be shorter than one of this run's updates (here the critic's update shares the
+    machine with the next step's work)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
@@ -110,15 +120,20 @@ def plot_update_times(
     steps = [row["step"] for row in rows]
     seq_by_step = {row["step"]: row for row in sequential}
     width = 0.2
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 6))
+    deferred = any(row.get("deferred") for row in rows)
+    waited = "update phase's wall: what the step waited for" + (
+        " (a deferred critic update left out)" if deferred else ""
+    )
     series = [
-        ("actor update", [r["t_actor_s"] for r in rows], "#d62728"),
-        ("critic update", [r["t_critic_s"] for r in rows], "#e377c2"),
-        ("wall, overlapped", [r["wall_s"] for r in rows], "#1f77b4"),
+        (f"actor update, {run}", [r["t_actor_s"] for r in rows], "#d62728"),
+        (f"critic update, {run}", [r["t_critic_s"] for r in rows], "#e377c2"),
+        (f"{waited}, {run}", [r["wall_s"] for r in rows], "#1f77b4"),
     ]
     if seq_by_step:
+        walls = [seq_by_step.get(s, {}).get("wall_s", 0.0) for s in steps]
         series.append(
-            ("wall, one after the other", [seq_by_step.get(s, {}).get("wall_s", 0.0) for s in steps], "#7f7f7f")
+            (f"update phase's wall, both updates one after the other, {sequential_run} (another run)", walls, "#7f7f7f")
         )
     for i, (label, values, color) in enumerate(series):
         offset = (i - (len(series) - 1) / 2) * width
@@ -126,8 +141,12 @@ def plot_update_times(
     ax.set_xlabel("PPO step")
     ax.set_ylabel("seconds")
     ax.set_xticks(steps)
-    ax.set_title("verl-split: update phase per step")
-    ax.legend()
+    title = f"update phase per step, from the run {run!r}"
+    if seq_by_step:
+        title += f"; grey: from the run {sequential_run!r}"
+    ax.set_title(title, fontsize=10)
+    # Under the axes: the labels are long, and inside they would hide the bars.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -195,26 +195,36 @@ def _shared_rollout(step: dict[str, Any]) -> dict[str, float]:
     return {key: float(step[name]) for key, name in keys.items() if step.get(name) is not None}
 
 
+#: The update table's column of the overlaps-off run's update wall: another run's, and named so.
+OFF_RUN_WALL = "overlaps-off run's wall"
+
+
 def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[str, float]] = ()) -> str:
-    """The console summary: each update's time, the wall time, achieved and ideal speed-up; with the critic's
-    update deferred, how much of it hid behind the next step and how long its join waited."""
+    """The console summary: each update's time, the wall time, the two ratios of the updates' sum (to the wall,
+    and to the longer update: the most running the two side by side can give); with the critic's update
+    deferred, how much of it hid behind the next step and how long its join waited; with ``sequential`` (the
+    overlaps-off run's rows), that run's update wall, named as another run's.
+
+    The ratios are named by what they divide (``sum/wall``, ``sum/max``), not "speed-up" and "ideal": a
+    deferred step's wall leaves the critic's update out, so its ``sum/wall`` is above ``sum/max``, which a
+    reader of "speed-up above ideal" could only take for an error."""
     seq_wall = {row["step"]: row["wall_s"] for row in sequential}
     deferred = any(row.get("deferred") for row in rows)
     shared = any("share" in row for row in rows)
     header = (
-        f"{'step':>4} | {'actor':>7} | {'critic':>7} | {'wall':>7} | {'overlap':>7} | {'speed-up':>8} | {'ideal':>6}"
+        f"{'step':>4} | {'actor':>7} | {'critic':>7} | {'wall':>7} | {'overlap':>7} | {'sum/wall':>8} | {'sum/max':>7}"
     )
     if deferred:
         header += f" | {'hidden':>7} | {'waited':>7}"
     if shared:
         header += f" | {'critic pool gen':>15} | {'joined at':>9} | {'saved':>7}"
     if seq_wall:
-        header += f" | {'wall w/o overlap':>16}"
+        header += f" | {OFF_RUN_WALL:>{len(OFF_RUN_WALL)}}"
     lines = [header, "-" * len(header)]
     for row in rows:
         line = (
             f"{row['step']:>4} | {row['t_actor_s']:6.2f}s | {row['t_critic_s']:6.2f}s | {row['wall_s']:6.2f}s "
-            f"| {row['overlap_s']:6.2f}s | {row['speedup']:7.2f}x | {row['ideal_speedup']:5.2f}x"
+            f"| {row['overlap_s']:6.2f}s | {row['speedup']:7.2f}x | {row['ideal_speedup']:6.2f}x"
         )
         if deferred:
             if row.get("deferred"):
@@ -225,21 +235,39 @@ def summary_table(rows: Sequence[dict[str, float]], sequential: Sequence[dict[st
             line += _shared_cells(row)
         if seq_wall:
             wall = seq_wall.get(row["step"])
-            line += f" | {wall:15.2f}s" if wall is not None else f" | {'-':>16}"
+            width = len(OFF_RUN_WALL)
+            line += f" | {wall:{width - 1}.2f}s" if wall is not None else f" | {'-':>{width}}"
         lines.append(line)
+    notes = []  # what the columns mean, under the table, wrapped to its width
+    notes.append(
+        "sum/wall = (actor + critic) / wall; sum/max = (actor + critic) / the longer of the two, the most that "
+        "running them side by side can give inside the step"
+        + (
+            ": a step whose critic update was deferred can pass it, its wall no longer holds that update"
+            if deferred
+            else ""
+        )
+    )
     if deferred:
-        lines.append(
+        notes.append(
             "wall = the update phase the step waited for: with the critic's update deferred into the next step, its "
             "dispatch and the actor's update; hidden = the part of the critic's update behind the next step's work, "
             "waited = what the join (the next values) waited for"
         )
+    if seq_wall:
+        notes.append(
+            f"{OFF_RUN_WALL} = the update phase's wall in another run, split placement with the overlaps off: "
+            "the two updates one after the other with nothing beside them (in this run the critic's update shared the "
+            "machine with the next step's work, so it can take longer than that whole wall)"
+        )
     if shared:
-        lines.append(
+        notes.append(
             "shared rollout: critic pool gen = the step's requests its replicas generated; joined at = seconds "
             "after the step's first request when the critic pool opened (0: from the start; - : it never joined, "
             "the critic's update outlasted generation); saved = an estimate of the generation time it saved: its "
             "requests at the actor pool's rate"
         )
+    lines += [part for note in notes for part in textwrap.wrap(note, width=max(len(header), 100))]
     return "\n".join(lines)
 
 

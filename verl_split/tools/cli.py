@@ -19,7 +19,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Check the installed verl and Ray, and what verl-split patches, here or in a Ray worker.",
     ),
     "plan": ("verl_split.tools.plan", "Show how a placement maps roles onto the cluster's GPUs."),
-    "demo": ("verl_split.tools.demo", "Run PPO on CPU with a tiny model, with split placement when VERL_SPLIT=1."),
+    "demo": (
+        "verl_split.tools.demo",
+        "Run a tiny PPO job on CPU (or one CUDA GPU): stock, split with VERL_SPLIT=1, or three ways with --compare.",
+    ),
     "advise": (
         "verl_split.tools.advise.cli",
         "Predict each placement's step time from a job's runs and recommend one.",
@@ -28,7 +31,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="verl-split", description=__doc__.splitlines()[0])
+    # The docstring's first line without its reST quotes: --help prints it as plain text.
+    parser = argparse.ArgumentParser(prog="verl-split", description=__doc__.splitlines()[0].replace("``", ""))
     parser.add_argument("--version", action="version", version=f"verl-split {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     asked = next((arg for arg in argv if not arg.startswith("-")), None)

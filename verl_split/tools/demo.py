@@ -236,25 +236,54 @@ def run(args: argparse.Namespace) -> int:
     shown = [job for job in jobs if job in to_run or (job.out / METRICS_FILE).exists()]
     metrics = {job.title: read_metrics(job.out / METRICS_FILE) for job in shown}
     # The plots go with the run made, in its folder: a caller packing each run as it ends keeps them.
-    code = _summary(shown, metrics, to_run[-1].out if args.only else out)
+    overlapped = _summary(shown, metrics, to_run[-1].out if args.only else out, device)
     if device is not None:
         print(device.layout())
-    return code
+    print("\n".join(conclusion(device, overlapped, split, args.compare)))
+    return 0
 
 
-def _summary(jobs: list[Job], metrics: dict[str, list[dict[str, Any]]], out: Path) -> int:
-    """The per-phase table of every run, the update table of the split runs, and the plots."""
+def conclusion(device: one_gpu.Device | None, overlapped: bool, split: bool, compare: bool) -> list[str]:
+    """The demo's last lines: what its figures show and do not, and the commands to try next, each on a line of
+    its own (to copy)."""
+    lines = []
+    if overlapped:
+        lines.append(
+            "conclusion: the overlaps happened: see the update table's hidden column, and split/* in metrics.jsonl."
+        )
+        if device is None:  # on one GPU, device.layout() has just said what its figure does not show
+            lines.append("  The speed-up is a tiny model's on CPU cores that every worker shares: it says nothing of")
+            lines.append("  what split placement gains on GPUs.")
+    if not split:
+        lines += ["next: the same job with split placement too:", "  VERL_SPLIT=1 verl-split demo --compare"]
+        return lines
+    if not compare:
+        lines += ["next: beside stock verl and split with the overlaps off:", "  verl-split demo --compare"]
+    lines += [
+        "next, for your job:",
+        "  verl-split advise <your run's log> --nnodes N --n-gpus-per-node G   # each placement's predicted step time",
+        "  verl-split plan --placement A:C <your overrides>                     # a layout checked against your config",
+    ]
+    return lines
+
+
+def _summary(
+    jobs: list[Job], metrics: dict[str, list[dict[str, Any]]], out: Path, device: one_gpu.Device | None = None
+) -> bool:
+    """The per-phase table of every run, the update table of the split runs, and the plots; True when the main
+    run logged overlapped updates."""
     print(f"\nverl-split demo: per-step metrics in {out / METRICS_FILE}")
     columns = [(job.title, metrics[job.title]) for job in jobs]
     print(report.phase_table(columns))
     step_plot = out / STEP_PLOT_FILE
-    clipped = plots.plot_step_times(columns, step_plot)
+    note = "a tiny model on CPU: shows the overlaps, not what they gain on GPUs" if device is None else ""
+    clipped = plots.plot_step_times(columns, step_plot, note)
     step_plot_text = f"{step_plot}" + (" (step 1's start-up clipped to the later steps' scale)" if clipped else "")
     rows = report.step_rows(metrics[jobs[-1].title])
     if not rows:
         print("(no split/* metrics: the run used stock placement, or no step had a critic update)")
         print(f"plot of each step's phases: {step_plot_text}")
-        return 0
+        return False
     sequential = report.step_rows(metrics.get(SEQUENTIAL_TITLE, []))
     print(f"\nupdate phase per step, {jobs[-1].title}:")
     print(report.summary_table(rows, sequential))
@@ -265,9 +294,9 @@ def _summary(jobs: list[Job], metrics: dict[str, list[dict[str, Any]]], out: Pat
     if timeline and Path(timeline).exists():
         print(f"timeline of the updates per pool (chrome://tracing, ui.perfetto.dev): {timeline}")
     plot = out / PLOT_FILE
-    plots.plot_update_times(rows, sequential, plot)
+    plots.plot_update_times(rows, sequential, plot, jobs[-1].title, SEQUENTIAL_TITLE)
     print(f"plots: each step's phases {step_plot_text}, the update times {plot}")
-    return 0
+    return any(row["overlapped"] for row in rows)
 
 
 def _make_assets_quietly(directory: str | os.PathLike[str], variant: str = "cpu") -> TinyAssets:

@@ -187,6 +187,10 @@ _PATCH_NOTES = {
     (source_patches.PLUGIN_LOADER, "built in"): "verl 0.9+ loads verl.plugins entry points",
     (source_patches.PLUGIN_LOADER, "patched"): "this verl loads verl.plugins entry points: no start-up file needed",
     (source_patches.PLUGIN_LOADER, "no"): "verl-split loads through its start-up file",
+    # The two check patches are optional: without them verl-split makes the same checks itself before Ray starts,
+    # so "no" is no problem, and the line says so (it sits just above "healthy").
+    (source_patches.PER_NODE_FIT, "no"): "optional, for source builds: verl-split checks this itself",
+    (source_patches.BATCH_PER_POOL, "no"): "optional, for source builds: verl-split checks this itself",
 }
 
 
@@ -223,7 +227,10 @@ def print_text(report: dict[str, Any], where: str) -> None:
         if not feature["available"]:
             print(f"  {'':<17}   {feature['reason']}")
     features = ", ".join(report["features"])
-    print(f"  active            {yes_no[report['active']]}" + (f" ({features})" if features else ""))
+    hint = ""
+    if not report["active"] and not report.get("settings", {}).get("enabled"):
+        hint = " (off: verl runs stock; set VERL_SPLIT=1 to switch verl-split on)"
+    print(f"  active            {yes_no[report['active']]}" + (f" ({features})" if features else hint))
     print(f"  patches applied   {', '.join(report['patches']) or '-'}")
     if report["pending_patches"]:
         print(f"  patches pending   {', '.join(report['pending_patches'])}")

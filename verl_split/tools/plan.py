@@ -8,7 +8,7 @@ The placement comes from ``--placement``, else the config's ``split_placement``,
 config's ``split_placement.shared_rollout``, else ``VERL_SPLIT_SHARED_ROLLOUT``, else off.
 With a config, the job's batch is checked against every pool by the installed verl's rules (``--verl``
 picks another family's), and so are Megatron's parallel sizes (``placement.megatron``); without one, no
-batch rule is checked.
+batch rule is checked, and a line on stderr names what was not (``unchecked_without_config``).
 Bad input: one message on stderr, exit code 2.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -53,8 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Plan with rollout replicas on the critic pool too (default: the config's "
         "split_placement.shared_rollout, else VERL_SPLIT_SHARED_ROLLOUT, else off).",
     )
+    # advise's names for the same two values are accepted too (--gpu-memory, --model-params): one spelling
+    # works in both commands; the older names stay.
     parser.add_argument(
+        "--gpu-memory",
         "--gpu-memory-gb",
+        dest="gpu_memory_gb",
         type=float,
         help="With --shared-rollout: the memory of one GPU (GiB), to check the critic pool's estimate against.",
     )
@@ -65,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--actor-params",
+        "--model-params",
+        dest="actor_params",
         type=_params,
         help="With --shared-rollout: the actor's parameters, for the push's memory on an actor-pool GPU "
         "(else read from actor_rollout_ref.model.path).",
@@ -94,7 +101,27 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_json()))
     else:
         print(planner.render_plan(plan))
+        if not has_config(args):
+            # On stderr: the picture on stdout stays what a script or a doc compares.
+            print(unchecked_without_config(args), file=sys.stderr)
     return 0
+
+
+def has_config(args: argparse.Namespace) -> bool:
+    """Whether the command composes verl's config (a config name or path, or any override)."""
+    return bool(args.config_name or args.config_path or args.overrides)
+
+
+def unchecked_without_config(args: argparse.Namespace) -> str:
+    """What a plan from the cluster's shape alone leaves out, and how to have it checked: with verl's config the
+    same layout can be refused (its default rollout tensor-parallel size, the job's batch)."""
+    placement = f"--placement {shlex.quote(args.placement)} " if args.placement else ""
+    return (
+        "verl-split plan: checked the layout only. Not checked without your job's config: its batch sizes against "
+        f"each pool, its rollout tensor-parallel size (checked here: {args.rollout_tp}, from --rollout-tp), "
+        "Megatron's parallel sizes. To check them, give the job's overrides: "
+        f"verl-split plan {placement}<your overrides>"
+    )
 
 
 def build_plan(args: argparse.Namespace) -> planner.Plan:
@@ -102,7 +129,7 @@ def build_plan(args: argparse.Namespace) -> planner.Plan:
     from verl_split.core import settings
 
     config: Any = None
-    if args.config_name or args.config_path or args.overrides:
+    if has_config(args):
         config = compose_config(args.config_name or "ppo_trainer", args.config_path, args.overrides)
     # Without a config: verl's defaults (v1 sync trainer, no LoRA) for what shared rollout checks.
     job = planner.job_from_config({} if config is None else config, family=args.verl)
