@@ -49,5 +49,37 @@ def test_on_one_gpu_the_stock_run_has_one_logical_gpu_and_the_split_runs_the_dem
     assert single.gpus == 1
 
 
-from verl_split.tools import demo
-from verl_split.tools.demo import DEMO_CRITIC_EPOCHS, conclusion, demo_jobs, demo_overrides, jobs_to_run
+def test_only_picks_one_run_of_the_comparison_in_its_own_folder(tmp_path):
+    jobs = demo_jobs(tmp_path, compare=True, environ={})
+    assert [job.out for job in jobs_to_run(jobs, "overlap")] == [tmp_path]
+    assert [job.out for job in jobs_to_run(jobs, "sequential")] == [tmp_path / "sequential"]
+    (stock,) = jobs_to_run(jobs, "stock")
+    assert stock.out == tmp_path / "stock" and "VERL_SPLIT" not in stock.env
+    assert jobs_to_run(jobs, None) == jobs
+
+
+def test_only_without_compare_is_refused_in_one_line(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    args = parser.parse_args(["--only", "stock", "--out", str(tmp_path / "out")])
+    assert demo.run(args) == 2
+    refusal = "verl-split demo: --only runs one of the runs of --compare: give it with --compare\n"
+    assert capsys.readouterr().err == refusal
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_demo_ends_on_what_to_conclude_and_what_to_run_next():
+    lines = conclusion(None, overlapped=True, split=True, compare=True)
+    assert lines[0].startswith("conclusion: the overlaps happened")
+    assert "it says nothing of what split placement gains on GPUs." in " ".join(line.strip() for line in lines)
+    assert lines[-3] == "next, for your job:"
+    assert lines[-2].startswith("  verl-split advise <your run's log> --nnodes N --n-gpus-per-node G   # ")
+    assert lines[-1].startswith("  verl-split plan --placement A:C <your overrides>   ")
+    assert max(len(line) for line in lines) <= 120
+
+
+def test_a_stock_demo_points_at_the_split_run():
+    assert conclusion(None, overlapped=False, split=False, compare=False) == [
+        "next: the same job with split placement too:",
+        "  VERL_SPLIT=1 verl-split demo --compare",
+    ]
