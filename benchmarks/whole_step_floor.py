@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import split_bound
+from whole_step_compare import FORMER_NAMES
 
 #: The phases no pool runs: the bound's serial part.
 SERIAL_PHASES = ("reward", "adv", "other")
@@ -144,9 +145,24 @@ def findings(steps: Mapping[str, Mapping[str, float]], bound_step_s: float) -> l
     ]
 
 
+def current_names(rows: list[dict]) -> list[dict]:
+    """The rows with today's configuration names (a JSON recorded before 2026-11-29 says ``split + all``)."""
+    renamed = []
+    for row in rows:
+        row = dict(row, config=FORMER_NAMES.get(row["config"], row["config"])) if "config" in row else row
+        if "lanes" in row:
+            row["lanes"] = {
+                lane: dict(source, config=FORMER_NAMES.get(source["config"], source["config"]))
+                for lane, source in row["lanes"].items()
+            }
+        renamed.append(row)
+    return renamed
+
+
 def from_rows(rows: list[dict], kinds: Mapping[str, RunKind]) -> list[Measurement]:
     """What a ``whole_step.py`` JSON kept: each configuration's fastest repetition per phase (``phases_s`` min),
     and split sequential's one-worker lanes per repetition (the bound row's, or the phase rows')."""
+    rows = current_names(rows)
     found = []
     for row in (r for r in rows if r.get("kind") == "step" and r["config"] in kinds):
         fastest = {phase: s["min"] for phase, s in row["phases_s"].items()}
@@ -172,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import whole_step  # the configurations' titles and kinds; imported here, as whole_step imports this module
 
-    rows = json.loads(args.json.read_text())
+    rows = current_names(json.loads(args.json.read_text()))
     kinds = {whole_step.TITLES[key]: kind for key, kind in whole_step.RUN_KINDS.items()}
     lanes, best = floor_lanes(from_rows(rows, kinds))
     split = split_bound.best_split(lanes)

@@ -210,25 +210,25 @@ def test_a_faster_measurement_in_another_configuration_lowers_the_bound_and_is_n
     reps = [repetition(), repetition()]
     reps[1]["metrics"]["all"] = [step(1, **{"timing_s/step": 60.0}), step(2, **all_run())]
     best, sources = ws.best_split(reps)
-    # Each lane's fastest anywhere: the actor pool generating alone 3.6 s (split + all, repetition 2) against split
-    # sequential's 4.0; old_log_prob + ref 0.85 (its lane metric there) against 1.0; the actor's update 1.0 against
+    # Each lane's fastest anywhere: the actor pool generating alone 3.6 s (split + overlaps on, repetition 2) against
+    # split sequential's 4.0; old_log_prob + ref 0.85 (its lane metric there) against 1.0; the actor's update 1.0 against
     # 1.2 (its phase, the dispatch with it, is 1.05); the critic's 1.9 against 2.0; values 0.8 and two replicas
     # 3.0 stay. Left-over 1.9 - 1.0 = 0.9 s; generation 3.0 + 0.9 (1 - 3.0 / 3.6) = 3.15; preparation
     # max(0.85, 0.8) = 0.85; the step 0.3 + 3.15 + 0.85 + 1.0 = 5.3 s, where split sequential's lanes gave 5.7.
     assert best.step_s == pytest.approx(5.3)
     assert {lane: (m.config, m.repetition, m.measure) for lane, m in sources.items()} == {
-        "gen_one": ("split + all", 2, "gen phase"),
+        "gen_one": ("split + overlaps on", 2, "gen phase"),
         "gen_two": ("stock", 1, "gen phase"),
-        "prep_actor": ("split + all", 2, "split/prep_actor_s"),
+        "prep_actor": ("split + overlaps on", 2, "split/prep_actor_s"),
         "prep_critic": ("split sequential", 1, "split/prep_critic_s"),
-        "update_actor": ("split + all", 2, "split/actor_update_s"),
-        "update_critic": ("split + all", 2, "split/critic_update_s"),
+        "update_actor": ("split + overlaps on", 2, "split/actor_update_s"),
+        "update_critic": ("split + overlaps on", 2, "split/critic_update_s"),
         "serial": ("stock", 1, "reward+adv+other"),
     }
     rows = [ws.bound_row(reps, best, sources), *ws.step_rows(reps, best)]
     ws.print_bound(rows[0])
     out = capsys.readouterr().out
-    assert "  gen_one       3.60 s (split + all, repetition 2, gen phase)" in out
+    assert "  gen_one       3.60 s (split + overlaps on, repetition 2, gen phase)" in out
 
 
 def test_a_configuration_faster_than_the_bound_is_a_finding(bench, capsys):
@@ -243,10 +243,10 @@ def test_a_configuration_faster_than_the_bound_is_a_finding(bench, capsys):
     rows = [ws.bound_row(reps, best, sources), *ws.step_rows(reps, best)]
     ws.print_tables(reps, rows, {})
     findings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FINDING")]
-    # 5.1 / 5.0 = 1.02 of the bound; split + all + shared's 6.0 s is no finding.
+    # 5.1 / 5.0 = 1.02 of the bound; split + overlaps on + shared's 6.0 s is no finding.
     assert findings == [
-        "FINDING: split + all's median step 5.00 s is shorter than the bound's 5.10 s (1.02 of the bound): the model "
-        "misses what this configuration gains"
+        "FINDING: split + overlaps on's median step 5.00 s is shorter than the bound's 5.10 s (1.02 of the bound): "
+        "the model misses what this configuration gains"
     ]
 
 
@@ -267,7 +267,7 @@ PINNED = sorted(BENCHMARKS.glob("whole_step_pinned_*.json"))
 def test_the_pinned_runs_bound_rebuilt_from_every_configuration_is_a_bound(bench, monkeypatch, capsys, path):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     floor = importlib.import_module("whole_step_floor")
-    rows = json.loads(path.read_text())
+    rows = floor.current_names(json.loads(path.read_text()))  # "split + all" in JSONs before 2026-11-29
     kinds = {bench["whole_step"].TITLES[key]: kind for key, kind in bench["whole_step"].RUN_KINDS.items()}
     _, sources = floor.floor_lanes(floor.from_rows(rows, kinds))
     steps = {r["config"]: r["phases_s"] for r in rows if r["kind"] == "step"}
@@ -293,7 +293,7 @@ def test_the_v1_1to1_bound_takes_generation_alone_from_split_all_not_split_seque
     rows = json.loads((BENCHMARKS / "whole_step_pinned_v1_1to1.json").read_text())
     kinds = {bench["whole_step"].TITLES[key]: kind for key, kind in bench["whole_step"].RUN_KINDS.items()}
     _, sources = floor.floor_lanes(floor.from_rows(rows, kinds))
-    assert (sources["gen_one"].config, round(sources["gen_one"].seconds, 2)) == ("split + all", 4.60)
+    assert (sources["gen_one"].config, round(sources["gen_one"].seconds, 2)) == ("split + overlaps on", 4.60)
 
 
 @pytest.mark.parametrize(
