@@ -211,8 +211,8 @@ def test_a_faster_measurement_in_another_configuration_lowers_the_bound_and_is_n
     reps[1]["metrics"]["all"] = [step(1, **{"timing_s/step": 60.0}), step(2, **all_run())]
     best, sources = ws.best_split(reps)
     # Each lane's fastest anywhere: the actor pool generating alone 3.6 s (split + overlaps on, repetition 2) against
-    # split sequential's 4.0; old_log_prob + ref 0.85 (its lane metric there) against 1.0; the actor's update 1.0 against
-    # 1.2 (its phase, the dispatch with it, is 1.05); the critic's 1.9 against 2.0; values 0.8 and two replicas
+    # split sequential's 4.0; old_log_prob + ref 0.85 (its lane metric there) against 1.0; the actor's update 1.0
+    # against 1.2 (its phase, the dispatch with it, is 1.05); the critic's 1.9 against 2.0; values 0.8 and two replicas
     # 3.0 stay. Left-over 1.9 - 1.0 = 0.9 s; generation 3.0 + 0.9 (1 - 3.0 / 3.6) = 3.15; preparation
     # max(0.85, 0.8) = 0.85; the step 0.3 + 3.15 + 0.85 + 1.0 = 5.3 s, where split sequential's lanes gave 5.7.
     assert best.step_s == pytest.approx(5.3)
