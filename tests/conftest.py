@@ -31,6 +31,17 @@ from support.yaml_cache import install as cache_yaml_parses
 from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
 
 
+def _has_vllm() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("vllm") is not None
+
+
+#: The vLLM tier (tests/vllm/) runs in the environment with the real vLLM only (make test-vllm); the main
+#: environment has none, and its runs leave the folder out.
+collect_ignore = [] if _has_vllm() else ["vllm"]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--extended",

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = ROOT / "verl_split"
 #: The tiers a test file belongs to, one each (pyproject.toml's markers say what each means).
-TIERS = ("unit", "subprocess", "e2e", "network")
+TIERS = ("unit", "subprocess", "e2e", "network", "vllm")
 #: A smell alarm, not a rule for where to cut: a module is cut where its code has a seam of its own (one job,
 #: named by the file), and a module past this many lines is one to read again for a second job inside it.
 MAX_LINES = 450

@@ -11,8 +11,8 @@ Three shapes of the same network: ``cpu`` (head size 16, what the dry run, the t
 use; never to change), ``gpu`` (head size 64, for ``scripts/gpu_smoke.py``) and ``vllm`` (the ``gpu`` network
 with a vocabulary exactly the tokenizer's, for the real vLLM on the CPU: vLLM's CPU attention takes no head size
 under 32, and verl's vLLM server masks the logits of ids past the tokenizer's length, which the actor does not, so
-a larger vocabulary shifts every rollout log-prob against the actor's by up to log(320/259) = 0.21). Head size 64 is one every
-CUDA attention backend of vLLM 0.24.0 takes (FlashInfer's list is 64/128/256/512, its
+a larger vocabulary shifts every rollout log-prob against the actor's by up to log(320/259) = 0.21).
+Head size 64 is one every CUDA attention backend of vLLM 0.24.0 takes (FlashInfer's list is 64/128/256/512, its
 ``FlashInferBackend.get_supported_head_sizes``) and one flash-attn 2.8.3 checks and compiles a kernel for;
 ``tests/project/test_gpu_smoke_sources.py`` reads those rules from the two releases' sdists.
 """

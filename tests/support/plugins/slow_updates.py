@@ -216,3 +216,46 @@ def _slow_generation(module):
             return super()._generate(*args, **kwargs)
 
     module.CPUGenerationServer = SlowGenerationServer
+
+
+# The same knobs on the real vLLM's servers (the vLLM tier, tests/vllm/): verl's vLLMReplica launches
+# ray.remote(vLLMHttpServer) from the trainer's process; a subclass there reaches every server. SLOW_GENERATE_SLEEP,
+# the generate records (hence SLOW_CRITIC_HOLD_STEPS) and SLOW_ROLLOUT_DIE; vLLM serves a server's requests at once,
+# so each request's delay runs on a thread of its own, and a request's bookkeeping under a lock of the server's.
+@wrapt.when_imported("verl.workers.rollout.vllm_rollout.vllm_async_server")
+def _slow_vllm_generation(module):
+    delay = float(os.environ.get("SLOW_GENERATE_SLEEP", "0"))
+    if not delay:
+        return
+    import asyncio
+
+    import ray
+
+    dies = _replica_at_steps("SLOW_ROLLOUT_DIE")
+
+    def before_request(lock, rank: int, weights: int) -> None:
+        start = time.time()
+        time.sleep(delay)
+        with lock:
+            step = weights + 1
+            first = not any(r["replica"] == rank and r["weights"] == weights for r in _generated())
+            if _applies(dies, rank, step) and not first:
+                _log({"phase": "rollout", "died": rank, "step": step, "at": time.time()})
+                os._exit(1)
+            _log({"phase": "generate", "replica": rank, "weights": weights, "start": start})
+
+    class SlowVLLMServer(module.vLLMHttpServer):
+        async def generate(self, *args, **kwargs):
+            if not hasattr(self, "_slow_lock"):  # made in the server's process: a lock does not pickle
+                self._slow_lock = threading.Lock()
+            await asyncio.to_thread(before_request, self._slow_lock, self.replica_rank, self.global_steps or 0)
+            return await super().generate(*args, **kwargs)
+
+    replica_init = module.vLLMReplica.__init__
+
+    @functools.wraps(replica_init)
+    def init(self, *args, **kwargs):
+        replica_init(self, *args, **kwargs)
+        self.server_class = ray.remote(SlowVLLMServer)
+
+    module.vLLMReplica.__init__ = init
