@@ -19,7 +19,8 @@ from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
 #: The names of the segments a run of verl (and vLLM, Ray's workers) leaves: Python's ``SharedMemory`` default
-#: names, the named semaphores of Python's ``multiprocessing`` (vLLM starts its engine and worker with it), and verl's shared-memory weight buckets (``verl/workers/rollout/vllm_rollout/bucketed_weight_transfer.py``).
+#: names, the named semaphores of Python's ``multiprocessing`` (vLLM starts its engine and worker with it), and
+#: verl's shared-memory weight buckets (``verl/workers/rollout/vllm_rollout/bucketed_weight_transfer.py``).
 RUN_SEGMENT_PREFIXES = ("psm_", "verl_weights_", "sem.mp-")
 
 
