@@ -24,8 +24,9 @@ SHM_DIR = Path("/dev/shm")
 RUN_SEGMENT_PREFIXES = ("psm_", "verl_weights_", "sem.mp-")
 
 
-def snapshot(directory: Path = SHM_DIR) -> frozenset[str]:
-    """The names in ``directory`` now (empty where there is no such folder)."""
+def snapshot(directory: Path | None = None) -> frozenset[str]:
+    """The names in ``directory`` (default ``SHM_DIR``) now (empty where there is no such folder)."""
+    directory = directory or SHM_DIR
     try:
         return frozenset(os.listdir(directory))
     except OSError:
@@ -49,6 +50,7 @@ def mapped_paths(proc: Path = Path("/proc")) -> set[str]:
 def left_by_run(before: frozenset[str], directory: Path = SHM_DIR, in_use: set[str] | None = None) -> list[Path]:
     """The segments in ``directory`` that are not in ``before``, have a run's name, are this user's and are mapped
     by no live process (``in_use``: the mapped paths, default :func:`mapped_paths`)."""
+    directory = directory or SHM_DIR
     new = sorted(name for name in snapshot(directory) - before if name.startswith(RUN_SEGMENT_PREFIXES))
     if not new:
         return []
@@ -62,7 +64,7 @@ def left_by_run(before: frozenset[str], directory: Path = SHM_DIR, in_use: set[s
     return left
 
 
-def remove_left(before: frozenset[str], directory: Path = SHM_DIR) -> list[str]:
+def remove_left(before: frozenset[str], directory: Path | None = None) -> list[str]:
     """Remove what :func:`left_by_run` finds; the names removed."""
     removed = []
     for path in left_by_run(before, directory):
