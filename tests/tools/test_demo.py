@@ -3,8 +3,6 @@ then on, each in its own folder and environment. No verl run: the e2e tests run 
 
 from __future__ import annotations
 
-from importlib.util import find_spec
-
 import pytest
 
 from verl_split.dryrun.assets import TinyAssets
@@ -48,7 +46,16 @@ def test_on_one_gpu_the_stock_run_has_one_logical_gpu_and_the_split_runs_the_dem
     assert single.gpus == 1
 
 
-@pytest.mark.skipif(find_spec("vllm") is not None, reason="vLLM is installed here")
+def _vllm_installed() -> bool:
+    from importlib import metadata
+
+    try:
+        return bool(metadata.version("vllm"))
+    except metadata.PackageNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(_vllm_installed(), reason="vLLM is installed here")
 def test_rollout_vllm_without_vllm_s_cpu_build_stops_before_anything_starts(tmp_path, capsys):
     import argparse
 

@@ -218,7 +218,7 @@ def _slow_generation(module):
     module.CPUGenerationServer = SlowGenerationServer
 
 
-# The same knobs on the real vLLM's servers (the vLLM tier, tests/vllm/): verl's vLLMReplica launches
+# The same knobs on the real vLLM's servers (the vLLM tier, tests/on_vllm/): verl's vLLMReplica launches
 # ray.remote(vLLMHttpServer) from the trainer's process; a subclass there reaches every server. SLOW_GENERATE_SLEEP,
 # the generate records (hence SLOW_CRITIC_HOLD_STEPS) and SLOW_ROLLOUT_DIE; vLLM serves a server's requests at once,
 # so each request's delay runs on a thread of its own, and a request's bookkeeping under a lock of the server's.
