@@ -136,6 +136,8 @@ def run_logged(
             proc.wait()
             shm.remove_left(shm_before)
             raise
+    # What the run started and left running (a vLLM engine whose server died, a Ray worker): its segments in use.
+    _kill_group(proc)
     shm_removed = _remove_segments_left(shm_before, log_path)
     for step in tail.read_new():  # the last step lands just before the process exits
         if on_step is not None:
