@@ -22,6 +22,7 @@ if its samples came from the actor's weights.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,15 +51,20 @@ def assets(tmp_path_factory):
 def shared_v1(assets, tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm_v1")
     env = split_env(out, VERL_SPLIT_LATE_JOIN="always", SLOW_CRITIC_HOLD_STEPS="1", SLOW_GENERATE_AWAIT="1@1,2")
-    run, left = run_vllm(vllm_overrides(assets, out, "v1", steps=3, save_freq=2), out, env)
+    run, left = run_vllm(vllm_overrides(assets, out, "v1", 3, 2, out / "checkpoints"), out, env)
     return out, run, left
 
 
 @pytest.fixture(scope="module")
-def resumed_v1(assets, shared_v1):
-    out, first, _ = shared_v1
+def resumed_v1(assets, shared_v1, tmp_path_factory):
+    """From the v1 run's checkpoint of step 2 (verl saves the last step too: the copy holds step 2's only)."""
+    first_out, first, _ = shared_v1
     first.assert_ok()
-    run, left = run_vllm(vllm_overrides(assets, out, "v1", steps=3, save_freq=2, resume=True), out, split_env(out))
+    out = tmp_path_factory.mktemp("vllm_v1_resumed")
+    shutil.copytree(first_out / "checkpoints" / "global_step_2", out / "checkpoints" / "global_step_2")
+    (out / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2")  # verl's own marker
+    overrides = vllm_overrides(assets, out, "v1", 3, 2, out / "checkpoints", resume=True)
+    run, left = run_vllm(overrides, out, split_env(out))
     return run, left
 
 
@@ -66,7 +72,7 @@ def resumed_v1(assets, shared_v1):
 def dies_v0(assets, tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm_v0")
     env = split_env(out, SLOW_ROLLOUT_DIE="0@2")
-    run, left = run_vllm(vllm_overrides(assets, out, "v0", steps=3, save_freq=1), out, env)
+    run, left = run_vllm(vllm_overrides(assets, out, "v0", 3, 1, out / "checkpoints"), out, env)
     return out, run, left
 
 

@@ -31,10 +31,10 @@ def vllm_assets(directory: Path) -> TinyAssets:
 
 
 def vllm_overrides(
-    assets: TinyAssets, out: Path, trainer: str, steps: int, save_freq: int, resume: bool = False
+    assets: TinyAssets, out: Path, trainer: str, steps: int, save_freq: int, checkpoints: Path, resume: bool = False
 ) -> list[str]:
     """The dry run's GAE job on the real vLLM, split ``halves`` on 2 logical GPUs, saving every ``save_freq`` steps
-    into ``out/checkpoints`` (``resume``: from the latest there)."""
+    into ``checkpoints`` (``resume``: from the latest there)."""
     kept = [
         o
         for o in dry_run_overrides(assets, steps, "gae", trainer, out, n_gpus_per_node=2, rollout="vllm")
@@ -43,7 +43,7 @@ def vllm_overrides(
     return [
         *kept,
         f"trainer.save_freq={save_freq}",
-        f"trainer.default_local_dir={out / 'checkpoints'}",
+        f"trainer.default_local_dir={checkpoints}",
         f"trainer.resume_mode={'auto' if resume else 'disable'}",
     ]
 
