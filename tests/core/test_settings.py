@@ -141,6 +141,15 @@ def test_logger_gets_a_console_handler_only_without_root_handlers(clean_logging,
     assert clean_logging.level == logging.INFO and clean_logging.propagate
 
 
+def test_logger_gets_a_console_handler_where_the_root_s_show_errors_only(clean_logging, monkeypatch):
+    """Importing vLLM leaves the root logger one stderr handler at ERROR: our INFO lines need their own."""
+    errors_only = logging.StreamHandler()
+    errors_only.setLevel(logging.ERROR)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [errors_only])
+    log.configure()
+    assert [h.name for h in clean_logging.handlers] == ["verl_split_console"]
+
+
 def test_unexpected_activation_failure_logs_its_traceback(caplog):
     with caplog.at_level(logging.ERROR, logger="verl_split"):
         try:

@@ -3,8 +3,9 @@
 verl sets the root logger to WARNING (``verl/__init__.py``), which would hide the log
 lines the split-placement recipe promises (``Creating resource pool: ...``, ``Actor
 update completed in 5.2s``). So the ``verl_split`` logger gets INFO unless the
-application chose a level for it, and a console handler only when the root logger has
-none; its records still propagate, so the application's handlers (OpenTelemetry, pytest's
+application chose a level for it, and a console handler only when no handler of the root
+logger would show them (none, or only ones above INFO: importing vLLM leaves the root logger
+a stderr handler at ERROR); its records still propagate, so the application's handlers (OpenTelemetry, pytest's
 ``caplog``) see them. Inside Ray actors, stderr is forwarded to the driver's console.
 """
 
@@ -22,7 +23,8 @@ def configure(level: int = logging.INFO) -> logging.Logger:
     if logger.level == logging.NOTSET:  # a level the application set wins
         logger.setLevel(level)
     has_ours = any(getattr(h, "name", None) == _HANDLER_NAME for h in logger.handlers)
-    if not has_ours and not logging.getLogger().handlers:
+    shown_by_root = any(h.level <= level for h in logging.getLogger().handlers)
+    if not has_ours and not shown_by_root:
         handler = logging.StreamHandler(sys.stderr)
         handler.name = _HANDLER_NAME
         handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
