@@ -6,7 +6,7 @@
   (``VERL_SPLIT_LATE_JOIN=always``): in step 2 the critic pool joins generation late. In steps 1 and 2 the actor
   pool's server, after its first request, waits until the critic pool's has begun one (``SLOW_GENERATE_AWAIT``), so
   the critic pool certainly gets requests, from the start and late. Then a resume from step 2's
-  checkpoint (``resumed_v1``) runs step 3 again.
+  checkpoint (``resumed_v1``, ``--extended``: CI checks resume bit for bit on ``cpu_hf``) runs step 3 again.
 - ``RayPPOTrainer`` (``dies_v0``): the same placement, overlaps and shared rollout, a checkpoint after every step;
   in step 2 the actor pool's vLLM server process exits at its second request (``SLOW_ROLLOUT_DIE``): verl-split's
   watchdog must name it and end the run, with step 1's checkpoint intact (stock verl waits on a dead vLLM server
@@ -110,6 +110,7 @@ def test_the_critic_pool_s_vllm_server_samples_with_the_actor_s_weights(shared_v
     assert gaps and max(gaps) < MAX_LOG_PPL_DIFF, gaps
 
 
+@pytest.mark.extended(reason="resume is checked bit for bit on cpu_hf in CI (tests/e2e/test_checkpoint_e2e.py)")
 def test_resume_from_a_vllm_run_s_checkpoint(shared_v1, resumed_v1):
     _, first, _ = shared_v1
     resumed, _ = resumed_v1
@@ -135,7 +136,14 @@ def test_a_vllm_server_that_dies_mid_generation_ends_the_run_naming_it(dies_v0):
     assert not (out / "checkpoints" / "global_step_2").exists()
 
 
-@pytest.mark.parametrize("which", ["shared_v1", "resumed_v1", "dies_v0"])
+@pytest.mark.parametrize(
+    "which",
+    [
+        "shared_v1",
+        pytest.param("resumed_v1", marks=pytest.mark.extended(reason="the resumed run is --extended")),
+        "dies_v0",
+    ],
+)
 def test_no_shared_memory_segment_is_left_after_a_run(which, request):
     """vLLM's message queues and verl's weight buckets outlive the run's processes; the runner removes them."""
     left = request.getfixturevalue(which)[-1]
