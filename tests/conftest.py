@@ -31,6 +31,23 @@ from support.yaml_cache import install as cache_yaml_parses
 from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
 
 
+def _has_vllm() -> bool:
+    """vLLM is installed (its distribution, not a module: with tests/ on sys.path a folder named ``vllm`` there
+    would pass for one, which is why the tier's folder is ``on_vllm``)."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+#: The vLLM tier (tests/on_vllm/) runs in the environment with the real vLLM only (make test-vllm); the main
+#: environment has none, and its runs leave the folder out.
+collect_ignore = [] if _has_vllm() else ["on_vllm"]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--extended",

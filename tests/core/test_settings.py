@@ -121,10 +121,11 @@ def test_logger_leaves_the_applications_logging_alone(clean_logging, caplog):
     root = logging.getLogger()
     assert root.handlers  # pytest's caplog handler is on the root logger
     log.configure()
-    assert clean_logging.propagate and clean_logging.handlers == []  # the app's handlers see our records
+    assert clean_logging.propagate  # the app's handlers see our records, and ours stays silent
     with caplog.at_level(logging.INFO):
         logging.getLogger("verl_split").info("Actor update completed in 5.2s")
     assert "Actor update completed in 5.2s" in caplog.text
+    assert not _written_by_ours(clean_logging, logging.INFO)
 
 
 def test_logger_level_set_by_the_application_wins(clean_logging):
@@ -139,6 +140,28 @@ def test_logger_gets_a_console_handler_only_without_root_handlers(clean_logging,
     log.configure()
     assert [h.name for h in clean_logging.handlers] == ["verl_split_console"]
     assert clean_logging.level == logging.INFO and clean_logging.propagate
+
+
+def test_logger_writes_its_own_lines_where_the_root_s_handlers_show_errors_only(clean_logging, monkeypatch):
+    """Importing vLLM, after verl-split configured its logger, raises the root's stderr handler to ERROR: our INFO
+    lines are then written by our handler; the errors still by the root's alone."""
+    root_handler = logging.StreamHandler()
+    monkeypatch.setattr(logging.getLogger(), "handlers", [root_handler])
+    log.configure()
+    assert not _written_by_ours(clean_logging, logging.INFO)
+    root_handler.setLevel(logging.ERROR)
+    assert _written_by_ours(clean_logging, logging.INFO)
+    assert not _written_by_ours(clean_logging, logging.ERROR)
+
+
+def _written_by_ours(logger: logging.Logger, level: int) -> bool:
+    import io
+
+    (ours,) = [h for h in logger.handlers if h.name == "verl_split_console"]
+    stream = io.StringIO()
+    ours.setStream(stream)
+    ours.handle(logger.makeRecord(logger.name, level, __file__, 0, "a line", (), None))
+    return stream.getvalue() != ""
 
 
 def test_unexpected_activation_failure_logs_its_traceback(caplog):

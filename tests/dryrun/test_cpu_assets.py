@@ -47,3 +47,19 @@ def test_reward_function():
     assert compute_score("x", " 1 2<|endoftext|>", "12") == 1.0
     assert compute_score("x", "7", "12") == 0.1
     assert compute_score("x", "abc", "12") == 0.0
+
+
+def test_the_vllm_network_s_vocabulary_is_the_tokenizer_s_and_its_head_size_64(tmp_path):
+    """verl's vLLM server masks the logits of ids past the tokenizer's length, the actor does not: equal sizes keep
+    the rollout's log-probs the actor's. vLLM's CPU attention takes no head size under 32."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from verl_split.dryrun.assets import SHAPES, TOKENIZER_SIZE, make_tiny_assets
+
+    assets = make_tiny_assets(tmp_path, variant="vllm")
+    config = json.loads((assets.model / "config.json").read_text())
+    assert config["vocab_size"] == len(AutoTokenizer.from_pretrained(assets.model)) == TOKENIZER_SIZE
+    assert config["hidden_size"] // config["num_attention_heads"] == SHAPES["vllm"].head_size == 64
+    assert SHAPES["cpu"].vocab_size == SHAPES["gpu"].vocab_size == 320  # the dry run's bytes, unchanged

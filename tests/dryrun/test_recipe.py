@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from verl_split.dryrun.assets import TinyAssets
-from verl_split.dryrun.recipe import default_trainer, dry_run_overrides
+from verl_split.dryrun.recipe import assets_variant, check_rollout, default_trainer, dry_run_overrides, run_environment
 
 pytestmark = pytest.mark.unit
 
@@ -68,3 +68,42 @@ def test_0_7_moves_the_critic_fsdp_block_and_names_the_layer_to_wrap():
 def test_0_8_and_0_9_keep_the_engine_critic_block():
     for family in ("0.8", "0.9"):
         assert "critic.fsdp.strategy=fsdp2" in overrides(family)
+
+
+def test_the_real_vllm_gets_its_engine_no_sleep_mode_and_eager():
+    lines = dry_run_overrides(ASSETS, 2, "gae", None, "/out", n_gpus_per_node=2, family="0.9", rollout="vllm")
+    assert "actor_rollout_ref.rollout.name=vllm" in lines
+    assert "+actor_rollout_ref.rollout.enable_sleep_mode=false" in lines
+    assert "actor_rollout_ref.rollout.enforce_eager=true" in lines
+    stand_in = overrides("0.9")
+    assert "actor_rollout_ref.rollout.name=cpu_hf" in stand_in and not any("sleep_mode" in o for o in stand_in)
+    with pytest.raises(ValueError, match="rollout must be one of cpu_hf, vllm"):
+        dry_run_overrides(ASSETS, 2, rollout="sglang", family="0.9")
+
+
+def test_each_rollout_gets_the_network_it_takes():
+    assert assets_variant("cpu_hf") == "cpu" and assets_variant("vllm") == "vllm"
+
+
+def test_vllm_s_kv_cache_is_capped_per_server():
+    assert run_environment("/out", {})["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert run_environment("/out", {"VLLM_CPU_KVCACHE_SPACE": "4"})["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_the_real_vllm_is_refused_without_vllm_s_cpu_build(monkeypatch):
+    from importlib import metadata
+
+    def version(name):
+        if name == "vllm":
+            raise metadata.PackageNotFoundError(name)
+        return "1"
+
+    monkeypatch.setattr(metadata, "version", version)
+    with pytest.raises(ValueError, match=r"no vLLM is installed here: run it from .*scripts/vllm-env.sh"):
+        check_rollout("vllm")
+    monkeypatch.setattr(metadata, "version", lambda name: "0.24.0")
+    with pytest.raises(ValueError, match="vllm 0.24.0 is not vLLM's CPU build"):
+        check_rollout("vllm")
+    monkeypatch.setattr(metadata, "version", lambda name: "0.27.0+cpu")
+    check_rollout("vllm")
+    check_rollout("cpu_hf")

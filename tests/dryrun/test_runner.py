@@ -77,3 +77,17 @@ def test_a_failed_run_shows_the_end_of_its_log_and_exits_with_verls_status(tmp_p
     assert out.strip() == f"[1/3] stock verl: starting main_ppo, its output in {tmp_path / 'main_ppo.log'}"
     assert "line 59\n" not in err and "line 60\nline 61" in err and "line 99\n" in err  # the last 40 lines
     assert f"verl exited with status 3; its whole output: {tmp_path / 'main_ppo.log'}" in err
+
+
+def test_run_logged_removes_the_shared_memory_segments_its_run_left_and_says_so(tmp_path, monkeypatch):
+    from verl_split.dryrun import shm
+
+    monkeypatch.setattr(shm, "SHM_DIR", tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    (tmp_path / "shm" / "psm_older").write_bytes(b"")  # there before the run: not the run's
+    leaves = f"open({str(tmp_path / 'shm' / 'psm_run')!r}, 'w').close()"
+    log = tmp_path / "log.txt"
+    done = run_logged([sys.executable, "-c", leaves], {}, tmp_path, log, tmp_path / "metrics.jsonl")
+    assert done.returncode == 0 and done.shm_removed == ["psm_run"]
+    assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == ["psm_older"]
+    assert "removed 1 shared-memory segment(s) the run left" in log.read_text()

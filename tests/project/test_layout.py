@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = ROOT / "verl_split"
 #: The tiers a test file belongs to, one each (pyproject.toml's markers say what each means).
-TIERS = ("unit", "subprocess", "e2e", "network")
+TIERS = ("unit", "subprocess", "e2e", "network", "vllm")
 #: A smell alarm, not a rule for where to cut: a module is cut where its code has a seam of its own (one job,
 #: named by the file), and a module past this many lines is one to read again for a second job inside it.
 MAX_LINES = 450
@@ -187,7 +187,7 @@ def test_the_tier_check_finds_a_file_without_a_tier_and_one_with_two(tmp_path):
 
 #: Folders of ``tests/`` that mirror no package folder: the end-to-end runs of verl's trainer, the project's own
 #: files (docs, examples, install, this layout), and the helpers (no tests there).
-NOT_ROOMS = ("e2e", "project")
+NOT_ROOMS = ("e2e", "project", "on_vllm")
 
 
 def misplaced_tests(tests: Path, package: Path) -> list[str]:

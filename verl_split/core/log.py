@@ -3,8 +3,10 @@
 verl sets the root logger to WARNING (``verl/__init__.py``), which would hide the log
 lines the split-placement recipe promises (``Creating resource pool: ...``, ``Actor
 update completed in 5.2s``). So the ``verl_split`` logger gets INFO unless the
-application chose a level for it, and a console handler only when the root logger has
-none; its records still propagate, so the application's handlers (OpenTelemetry, pytest's
+application chose a level for it, and a console handler of its own that writes a record only
+when no handler of the root logger would show it (there is none, or only ones above the
+record's level: importing vLLM, which a run does long after this, raises the root logger's
+handler to ERROR); its records still propagate, so the application's handlers (OpenTelemetry, pytest's
 ``caplog``) see them. Inside Ray actors, stderr is forwarded to the driver's console.
 """
 
@@ -22,12 +24,22 @@ def configure(level: int = logging.INFO) -> logging.Logger:
     if logger.level == logging.NOTSET:  # a level the application set wins
         logger.setLevel(level)
     has_ours = any(getattr(h, "name", None) == _HANDLER_NAME for h in logger.handlers)
-    if not has_ours and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not has_ours:
+        handler = _UnlessTheRootShowsIt(sys.stderr)
         handler.name = _HANDLER_NAME
         handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
         logger.addHandler(handler)
     return logger
+
+
+class _UnlessTheRootShowsIt(logging.StreamHandler):
+    """Writes a record only where no handler of the root logger would (asked at each record: the root's handlers
+    change during a run), so that a line is shown once, by the application's handlers where they show it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if any(record.levelno >= handler.level for handler in logging.getLogger().handlers):
+            return
+        super().emit(record)
 
 
 _said: set[str] = set()

@@ -7,9 +7,12 @@ a one-output value head (``Qwen2ForTokenClassification``, what verl's critic loa
 with its head: built from the LM path instead, verl would draw the head at random in
 every run, and two runs of the same job could not be compared number for number.
 
-Two shapes of the same network: ``cpu`` (head size 16, what the dry run, the tests and the benchmarks
-use; never to change) and ``gpu`` (head size 64, for ``scripts/gpu_smoke.py``). Head size 64 is one every
-CUDA attention backend of vLLM 0.24.0 takes (FlashInfer's list is 64/128/256/512, its
+Three shapes of the same network: ``cpu`` (head size 16, what the dry run, the tests and the benchmarks
+use; never to change), ``gpu`` (head size 64, for ``scripts/gpu_smoke.py``) and ``vllm`` (the ``gpu`` network
+with a vocabulary exactly the tokenizer's, for the real vLLM on the CPU: vLLM's CPU attention takes no head size
+under 32, and verl's vLLM server masks the logits of ids past the tokenizer's length, which the actor does not, so
+a larger vocabulary shifts every rollout log-prob against the actor's by up to log(320/259) = 0.21).
+Head size 64 is one every CUDA attention backend of vLLM 0.24.0 takes (FlashInfer's list is 64/128/256/512, its
 ``FlashInferBackend.get_supported_head_sizes``) and one flash-attn 2.8.3 checks and compiles a kernel for;
 ``tests/project/test_gpu_smoke_sources.py`` reads those rules from the two releases' sdists.
 """
@@ -49,6 +52,7 @@ class ModelShape:
     intermediate_size: int
     num_attention_heads: int
     num_key_value_heads: int
+    vocab_size: int = 320  # >= the tokenizer's (TOKENIZER_SIZE); a round size keeps the embedding shardable
 
     @property
     def head_size(self) -> int:
@@ -59,7 +63,11 @@ class ModelShape:
 CPU_SHAPE = ModelShape(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
 #: The GPU smoke run's network: the same layout four times wider, head size 64 (see the docstring).
 GPU_SHAPE = replace(CPU_SHAPE, hidden_size=256, intermediate_size=512)
-SHAPES = {"cpu": CPU_SHAPE, "gpu": GPU_SHAPE}
+#: Entries of the tokenizer: 256 bytes and three special tokens (``_build_tokenizer``).
+TOKENIZER_SIZE = 259
+#: The real vLLM's network on the CPU: the GPU shape, its vocabulary the tokenizer's (see the docstring).
+VLLM_SHAPE = replace(GPU_SHAPE, vocab_size=TOKENIZER_SIZE)
+SHAPES = {"cpu": CPU_SHAPE, "gpu": GPU_SHAPE, "vllm": VLLM_SHAPE}
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,8 @@ class TinyAssets:
 def make_tiny_assets(directory: str | os.PathLike[str], *, seed: int = 0, variant: str = "cpu") -> TinyAssets:
     """Make the assets under ``directory``, or reuse them if a previous call made them.
 
-    ``variant`` picks the network's shape (``SHAPES``): ``cpu`` for the dry run, ``gpu`` for vLLM.
+    ``variant`` picks the network's shape (``SHAPES``): ``cpu`` for the dry run, ``gpu`` for vLLM on GPUs,
+    ``vllm`` for vLLM on the CPU.
     """
     if variant not in SHAPES:
         raise ValueError(f"variant must be one of {sorted(SHAPES)}, not {variant!r}")
@@ -176,7 +185,7 @@ def _build_model(target: Path, tokenizer, seed: int, shape: ModelShape) -> None:
 
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=320,  # >= len(tokenizer) (259); a round size keeps the embedding shardable
+        vocab_size=shape.vocab_size,
         hidden_size=shape.hidden_size,
         intermediate_size=shape.intermediate_size,
         num_hidden_layers=2,
@@ -189,7 +198,7 @@ def _build_model(target: Path, tokenizer, seed: int, shape: ModelShape) -> None:
         pad_token_id=tokenizer.pad_token_id,
         torch_dtype="float32",
     )
-    assert len(tokenizer) <= config.vocab_size
+    assert len(tokenizer) == TOKENIZER_SIZE <= config.vocab_size
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True

