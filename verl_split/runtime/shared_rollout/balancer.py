@@ -24,11 +24,11 @@ coroutines; verl's clients await the first and send the second without waiting,
 balancer's own clock (``time.monotonic``), reported as durations.
 
 The trainer's own calls (the late join's decision and opening, the step's accounts, the watchdog's reads and
-parking) run in a concurrency group of their own (``CONTROL``, ``ACTOR_OPTIONS``): Ray gives an async actor's
-group its own thread and event loop, so they answer while every request slot is taken and thousands of acquires
-wait in the default group. Both threads touch the routing state, so every read or change of it holds ``_lock``
-(never across an await), and a slot handed out from the control thread reaches its waiting acquire on the
-request loop (``_deliver``).
+parking) run in a concurrency group of their own (``CONTROL``, declared where the actor class is made,
+``actor_class``): Ray gives an async actor's group its own thread and event loop, so they answer while every request
+slot is taken and thousands of acquires wait in the default group. Both threads touch the routing state, so every
+read or change of it holds ``_lock`` (never across an await), and a slot handed out from the control thread reaches
+its waiting acquire on the request loop (``_deliver``).
 """
 
 from __future__ import annotations
@@ -58,8 +58,6 @@ VerlBalancer: type = getattr(GlobalRequestLoadBalancer, "__ray_actor_class__", G
 MAX_CONCURRENCY = 100_000
 #: The concurrency group of the trainer's calls, apart from request traffic (module docstring); one at a time.
 CONTROL = "control"
-#: How a run starts the balancer actor: ``ray.remote(SharedRolloutBalancer).options(**ACTOR_OPTIONS)``.
-ACTOR_OPTIONS: dict[str, Any] = {"max_concurrency": MAX_CONCURRENCY, "concurrency_groups": {CONTROL: 1}}
 control = ray.method(concurrency_group=CONTROL)
 
 
@@ -301,6 +299,12 @@ class SharedRolloutBalancer(VerlBalancer):
         self._request_id_to_server[request_id] = server_id
         self._inflight_requests[server_id] += 1
         return server_id, self._servers[server_id]
+
+
+def actor_class() -> Any:
+    """The Ray actor class a run starts the balancer as (``actor_class().remote(servers=...)``): Ray takes concurrency
+    groups only here, not in ``.options()``, and refuses a method of a group the actor lacks."""
+    return ray.remote(max_concurrency=MAX_CONCURRENCY, concurrency_groups={CONTROL: 1})(SharedRolloutBalancer)
 
 
 def caps_for_late_join(
