@@ -74,8 +74,8 @@ def watch(manager: Any, limit_s: float | None = None) -> Watch:
     _watch = Watch(manager, limit_s)
     limit = f"{limit_s:g} s (VERL_SPLIT_ROLLOUT_WATCHDOG_S)" if limit_s else "none (VERL_SPLIT_ROLLOUT_WATCHDOG_S=0)"
     announce(
-        f"shared rollout: generation watched every {PROBE_S:g} s: a rollout server found dead, or holding requests "
-        f"and ending none for {limit}, stops the run naming its replica"
+        f"shared rollout: generation watched every {PROBE_S:g} s: a rollout server Ray records dead, or holding "
+        f"requests and ending none for {limit}, stops the run naming its replica"
     )
     return _watch
 
