@@ -2,8 +2,8 @@
 
 Used by ``whole_step.py``. The step model is DESIGN.md's (sections 5 and 6): phases on one pool add up, pools
 working at once take the maximum, stages add up. With one worker per pool (this machine's split), the inputs
-are each phase on **one worker**, from the split sequential run (every phase alone, nothing beside it), and
-generation on **two workers**, from the stock run (the same two rollout replicas generating at once):
+are each phase on **one worker** and generation on **two workers** (the same two rollout replicas generating at
+once), each the fastest measurement of that work anywhere in the run (``whole_step_floor.py``):
 
 - ``gen_one`` G1: generation on the actor pool alone; ``gen_two`` G2: on both pools at once;
 - ``prep_actor`` Pa: old_log_prob + ref; ``prep_critic`` Pc: values;

@@ -29,9 +29,11 @@ before the results and stored in the JSON's ``settings`` row (``job``, ``workloa
 
 The first line printed (and the ``headline`` JSON row) is the best split configuration's whole-step speed-up
 against stock with its pools' busy shares, beside the bound (``split_bound.py``): the best step a split of this
-job could reach on this machine, from stock's own scaling measured in the same repetition (each phase on one
-worker in the split sequential run, generation on two in the stock run), and the configuration's share of it
-(1.0: it reached the bound). The ``bound`` row holds the bound's stages and stock's scaling lane by lane.
+job could reach on this machine, each of its lanes the fastest measurement of that work anywhere in the run
+(``whole_step_floor.py``: every configuration, every repetition), and the configuration's share of it (1.0: it
+reached the bound). The ``bound`` row holds the bound's stages, each lane with its source (configuration,
+repetition, what was read) and stock's scaling lane by lane; a configuration whose median step is shorter than
+the bound's gets a FINDING line: the model misses something it gains.
 
 Each repetition (``--repeats``) first measures the machine's parallel ceiling (``ceiling.py``: two bare
 torch processes with the workers' thread settings, at once and one after the other), then runs the
@@ -86,6 +88,7 @@ from pathlib import Path
 import breakdown
 import ceiling
 import split_bound
+import whole_step_floor
 import whole_step_job
 from whole_step_job import Job, Workload
 
@@ -110,10 +113,12 @@ SHARED_ROLLOUT = {"shared", "shared_nodefer"}
 TITLES = {key: title for key, title, _, _ in CONFIGS}
 #: Which run measures which overlapped phase, against the split sequential run.
 OVERLAPPED = (("updates", "updates"), ("prep", "prep"), ("updates", "all"))
-#: The runs the bound is measured from (split_bound.py): each phase on two workers, and on one.
+#: What each configuration's run does, for which of its times measure which of the bound's lanes.
+RUN_KINDS = {
+    key: whole_step_floor.RunKind.of(split, overlap, key in SHARED_ROLLOUT) for key, _, split, overlap in CONFIGS
+}
+#: The runs without which some lane of the bound has no measurement (split_bound.py): two workers, and one.
 BOUND_RUNS = ("stock", "sequential")
-#: The phases no pool runs: the bound's serial part.
-SERIAL_PHASES = ("reward", "adv", "other")
 #: Stock's scaling, lane by lane: (name, the split sequential run's one-worker time in Lanes, stock's timers).
 SCALING = (
     ("generation", "gen_one", ("gen",)),
@@ -333,34 +338,46 @@ def phase_rows(reps: list[dict], target: dict[str, float] | None) -> list[dict]:
     return rows
 
 
-def bound_lanes(rep: dict) -> split_bound.Lanes:
-    """One repetition's inputs to the bound: each lane on one worker (split sequential), generation on two (stock)."""
-    stock, sequential = (report.mean_phases(rep["metrics"][key]) for key in BOUND_RUNS)
-    updates, prep = (lane_means(rep["metrics"]["sequential"], phase) for phase in ("updates", "prep"))
-    return split_bound.Lanes(
-        gen_one=sequential["gen"],
-        gen_two=stock["gen"],
-        prep_actor=prep["actor"],
-        prep_critic=prep["critic"],
-        update_actor=updates["actor"],
-        update_critic=updates["critic"],
-        # Optimistic, as a bound is: the shorter of the two runs' driver time.
-        serial=min(sum(phases[p] for p in SERIAL_PHASES) for phases in (stock, sequential)),
-    )
+def run_lanes(metrics: list[dict], kind: whole_step_floor.RunKind) -> dict[str, tuple[float, str]]:
+    """A split run's one-worker lanes (mean over the steady steps that report them) and what each was read from:
+    verl-split's lane metric, else verl's timers where the preparation runs one lane after the other."""
+    steps = report.steady_steps(metrics)
+    lanes = {}
+    for lane, (own, timers) in whole_step_floor.LANE_METRICS.items():
+        values = [float(s[own]) for s in steps if own in s]
+        if values:
+            lanes[lane] = (statistics.fmean(values), own)
+        elif timers and not kind.prep_overlapped and steps:
+            lanes[lane] = (statistics.fmean(sum(float(s.get(t, 0.0)) for t in timers) for s in steps), "+".join(timers))
+    return lanes
 
 
-def best_splits(reps: list[dict]) -> list[split_bound.BestSplit] | None:
-    """Per repetition, the best split of this job (split_bound.py); None without the stock and sequential runs."""
+def run_measurements(reps: list[dict]) -> list[whole_step_floor.Measurement]:
+    """Every run's measurement of every lane of the bound (whole_step_floor.py says what measures what)."""
+    found = []
+    for i, rep in enumerate(reps, start=1):
+        for key, metrics in rep["metrics"].items():
+            kind = RUN_KINDS[key]
+            lanes = run_lanes(metrics, kind) if kind.split else {}
+            found += whole_step_floor.measurements(kind, TITLES[key], i, report.mean_phases(metrics), lanes)
+    return found
+
+
+def best_split(reps: list[dict]) -> tuple[split_bound.BestSplit, dict] | None:
+    """The best split of this job (split_bound.py) from each lane's fastest measurement in the run, and each lane's
+    source; None without the stock and sequential runs (some lane would have no measurement)."""
     if not all(key in reps[0]["metrics"] for key in BOUND_RUNS):
         return None
-    return [split_bound.best_split(bound_lanes(rep)) for rep in reps]
+    lanes, sources = whole_step_floor.floor_lanes(run_measurements(reps))
+    return split_bound.best_split(lanes), sources
 
 
-def bound_row(reps: list[dict], bests: list[split_bound.BestSplit]) -> dict:
-    """The bound per repetition, with its inputs and stock's scaling lane by lane (one worker against two)."""
+def bound_row(reps: list[dict], best: split_bound.BestSplit, sources: dict) -> dict:
+    """The bound, each lane with its source, against each repetition's stock, and stock's scaling lane by lane
+    (the one-worker lane against stock's two workers)."""
+    lanes = split_bound.Lanes(**{lane: m.seconds for lane, m in sources.items()})
     per_rep = []
-    for rep, best in zip(reps, bests, strict=True):
-        lanes = bound_lanes(rep)
+    for rep in reps:
         stock_step = report.mean_phases(rep["metrics"]["stock"])["step"]
         scaling = {
             name: getattr(lanes, one) / max(sum(steady_mean(rep, "stock", f"timing_s/{t}") for t in timers), 1e-9)
@@ -368,8 +385,6 @@ def bound_row(reps: list[dict], bests: list[split_bound.BestSplit]) -> dict:
         }
         per_rep.append(
             {
-                "lanes": asdict(lanes),
-                "best": best.to_json(),
                 "stock_step_s": stock_step,
                 "speedup_vs_stock": stock_step / best.step_s,
                 "scaling": scaling,
@@ -379,18 +394,19 @@ def bound_row(reps: list[dict], bests: list[split_bound.BestSplit]) -> dict:
         "kind": "bound",
         "config": "best split (split_bound.py)",
         "speedup_vs_stock": stats([r["speedup_vs_stock"] for r in per_rep]),
-        "step_s": stats([b.step_s for b in bests]),
+        "step_s": stats([best.step_s]),
         "stages_s": {
-            stage: stats([getattr(b, stage) for b in bests])
+            stage: stats([getattr(best, stage)])
             for stage in ("serial_s", "generation_s", "preparation_s", "updates_s", "critic_left_s")
         },
-        "critic_pool_joins": [b.critic_pool_joins for b in bests],
+        "critic_pool_joins": [best.critic_pool_joins],
+        "lanes": {lane: whole_step_floor.source_of(m) for lane, m in sources.items()},
         "scaling": {name: stats([r["scaling"][name] for r in per_rep]) for name, *_ in SCALING},
         "per_repetition": per_rep,
     }
 
 
-def step_rows(reps: list[dict], bests: list[split_bound.BestSplit] | None = None) -> list[dict]:
+def step_rows(reps: list[dict], best: split_bound.BestSplit | None = None) -> list[dict]:
     rows = []
     for key, title, _, _ in CONFIGS:
         if key not in reps[0]["metrics"]:
@@ -401,8 +417,8 @@ def step_rows(reps: list[dict], bests: list[split_bound.BestSplit] | None = None
         for base in (b for b in ("sequential", "stock") if b in reps[0]["metrics"]):
             ups = [report.mean_phases(r["metrics"][base])["step"] / m["step"] for r, m in zip(reps, means, strict=True)]
             row[f"speedup_vs_{base}"] = stats(ups)
-        if bests:  # its speed-up over stock against the bound's: the best split's step over its own
-            row["share_of_bound"] = stats([b.step_s / m["step"] for b, m in zip(bests, means, strict=True)])
+        if best:  # its speed-up over stock against the bound's: the best split's step over its own
+            row["share_of_bound"] = stats([best.step_s / m["step"] for m in means])
         if key != "stock":
             for pool in ("actor", "critic"):
                 metric = f"split/{pool}_pool_busy_share"
@@ -469,13 +485,15 @@ def print_bound(bound: dict) -> None:
         else f"the critic pool joining in {sum(joins)} of {len(joins)} repetitions"
     )
     print(
-        f"\nthe best split of this job on this machine (split_bound.py), median [min-max] of the repetitions: "
-        f"{cell_of(bound['step_s'])} s a step, {cell_of(bound['speedup_vs_stock'])}x stock = driver "
-        f"{cell_of(stages['serial_s'])} + generation {cell_of(stages['generation_s'])} ({join}) + preparation "
-        f"{cell_of(stages['preparation_s'])} + the actor's update {cell_of(stages['updates_s'])}"
+        f"\nthe best split of this job on this machine (split_bound.py): {bound['step_s']['median']:.2f} s a step, "
+        f"{cell_of(bound['speedup_vs_stock'])}x stock (median [min-max] of the repetitions) = driver "
+        f"{stages['serial_s']['median']:.2f} + generation {stages['generation_s']['median']:.2f} ({join}) + "
+        f"preparation {stages['preparation_s']['median']:.2f} + the actor's update {stages['updates_s']['median']:.2f}"
     )
+    print("its lanes, each the fastest measurement of that work in the run (whole_step_floor.py):")
+    print("\n".join(whole_step_floor.lane_lines(bound["lanes"])))
     print(
-        "stock's scaling, one worker (split sequential) against two (stock): "
+        "stock's scaling, each lane's one-worker floor against stock's two workers: "
         + ", ".join(f"{name} {cell_of(s)}x" for name, s in bound["scaling"].items())
     )
 
@@ -540,6 +558,12 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
             ups.append(f"{cell_of(row['share_of_bound'])} of the bound")
         if ups:  # --configs without stock or split sequential: nothing to compare against
             print(f"speed-up of the whole step, {row['config']}: {', '.join(ups)}")
+    if bound:
+        steps = {
+            r["config"]: r["phases_s"]["step"] for r in rows if r["kind"] == "step" and r["config"] != TITLES["stock"]
+        }
+        for line in whole_step_floor.findings(steps, bound["step_s"]["median"]):
+            print(line)
     for row in (r for r in rows if r["kind"] == "step" and "actor_pool_busy_share" in r):
         print(
             f"pools busy, {row['config']}: actor {cell_of(row['actor_pool_busy_share'])}, "
@@ -741,8 +765,9 @@ def main(argv: list[str] | None = None) -> int:
 def results(reps: list[dict], args: argparse.Namespace, found: dict | None) -> tuple[list[dict], dict]:
     """The rows (headline, bound, deferral, phases, steps) and the breakdown of each overlapped phase."""
     target = {"updates": args.update_ratio, "prep": args.prep_ratio} if found else None
-    bests = best_splits(reps)
-    rows = phase_rows(reps, target) + ([bound_row(reps, bests)] if bests else []) + step_rows(reps, bests)
+    found = best_split(reps)
+    best = found[0] if found else None
+    rows = phase_rows(reps, target) + ([bound_row(reps, *found)] if found else []) + step_rows(reps, best)
     rows = [r for r in (headline_row(rows),) if r] + deferral_rows(reps) + rows
     summaries = {}
     for phase, key in overlapped_pairs(reps):

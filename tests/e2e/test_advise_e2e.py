@@ -22,7 +22,8 @@ TIMEOUT_S = 600  # two runs of about a minute each on 2 cores
 def test_profile_on_cpu_runs_both_layouts_and_recommends(tiny_assets, tmp_path):
     out = tmp_path / "advise"
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_SPLIT")}
-    command = [sys.executable, "-m", "verl_split.tools.cli", "advise", "--profile", "--cpu", "--nnodes", "1"]
+    command = [sys.executable, "-m", "verl_split.tools.cli", "advise", "--profile", "--cpu", "--verbose"]
+    command += ["--nnodes", "1"]
     command += ["--n-gpus-per-node", "2", "--steps", str(STEPS), "--out", str(out), "--assets", str(tiny_assets.root)]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     console = proc.stdout + proc.stderr

@@ -182,3 +182,109 @@ def test_the_launch_stops_before_ray_on_a_quoted_switch():
     config = compose_config("ppo_trainer", None, [f'{key}="false"', "trainer.n_gpus_per_node=2"])
     with pytest.raises(ActivationFailed, match=rf"{key} is 'false' \(text\)"):
         check_config(config)
+
+
+# --------------------------------------------------------------------------- the trainer's keys, as verl reads them
+
+
+def test_a_quoted_parameter_sync_step_is_refused_not_read_as_another_step():
+    # It was read as written, so "1" != 1 stepped the deferral aside, and verl failed on the text after Ray started.
+    assert_refused(
+        "trainer.v1.sync.parameter_sync_step", "1", "a whole number", "trainer.v1.sync.parameter_sync_step=1"
+    )
+
+
+def test_parameter_sync_step_is_read_from_the_modes_own_block_as_the_v1_trainer_reads_it():
+    # verl/trainer/ppo/v1/trainer_base.py: config.trainer.v1.get(trainer_mode, {}).get("parameter_sync_step", 1)
+    def step(**keys: Any) -> int:
+        return job_from_config(nested(keys), family="0.9").trainer.parameter_sync_step
+
+    assert step() == 1
+    assert step(**{"trainer.v1.sync.parameter_sync_step": 2}) == 2
+    mode = {"trainer.v1.trainer_mode": "separate_async"}
+    assert step(**mode, **{"trainer.v1.separate_async.parameter_sync_step": 4}) == 4
+    assert step(**mode, **{"trainer.v1.sync.parameter_sync_step": "2"}) == 1  # another mode's block: unread
+    # RayPPOTrainer (use_v1=false) reads no v1 key.
+    assert step(**{"trainer.use_v1": False, "trainer.v1.sync.parameter_sync_step": "2"}) == 1
+
+
+@pytest.mark.parametrize("value", ["false", 3, ["1"], True])
+def test_profiler_steps_that_are_no_list_of_steps_are_refused(value):
+    # verl tests `global_steps in steps`: text and a bare number fail after Ray started; "1" never matches a step.
+    key = "global_profiler.steps"
+    with pytest.raises(PlacementError) as exc:
+        job_from_config(nested({key: value}))
+    assert str(exc.value).startswith(f"{key} is {value!r} (")
+    assert "where a list of whole step numbers, or null is needed" in str(exc.value)
+    assert f"{key}=null to profile no step" in str(exc.value)
+
+
+@pytest.mark.parametrize(("value", "profiled"), [(None, ()), ([], ()), ([1, 3], (1, 3))])
+def test_profiler_steps_read_as_the_steps_verl_profiles(value, profiled):
+    assert job_from_config(nested({"global_profiler.steps": value})).trainer.profiler_steps == profiled
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("trainer.v1.trainer_mode", 1),
+        ("algorithm.adv_estimator", True),
+        ("actor_rollout_ref.rollout.checkpoint_engine.backend", 1),
+        ("actor_rollout_ref.actor.strategy", 2),
+        ("critic.model.path", 7),
+    ],
+)
+def test_a_text_key_of_another_type_is_refused(key, value):
+    with pytest.raises(PlacementError) as exc:
+        job_from_config(nested({key: value}))
+    assert str(exc.value).startswith(f"{key} is {value!r} ({type(value).__name__}), where text is needed.")
+    assert f"{key}='<text>', quoted" in str(exc.value)
+
+
+@pytest.mark.parametrize("value", [False, "legacy", 1])
+def test_the_legacy_worker_switch_is_one_of_verls_three_values_where_verl_reads_it(value):
+    key = "trainer.use_legacy_worker_impl"
+    with pytest.raises(PlacementError, match=r"where one of auto, enable, disable is needed"):
+        job_from_config(nested({key: value}), family="0.7")
+    assert job_from_config(nested({key: "disable"}), family="0.7").rules == "v0"
+    assert job_from_config(nested({key: value}), family="0.9").trainer.legacy_worker_impl == "auto"  # unread
+
+
+@pytest.mark.parametrize("estimator", ["gae", "GAE", "grpo"])
+def test_the_estimator_decides_the_critic_as_verls_need_critic_does(estimator):
+    from verl.trainer.ppo.utils import need_critic
+
+    config = compose_config("ppo_trainer", None, [f"algorithm.adv_estimator={estimator}"])
+    with pytest.warns() if estimator != "gae" else contextlib.nullcontext():
+        assert job_from_config(config).needs_critic is need_critic(config)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "bfloat16", "fp16", "16", 16, "float32", 32, "BF16", "half", True, 16.5])
+def test_a_model_dtype_is_read_as_verls_workers_read_it_or_refused(dtype):
+    from verl.utils.torch_dtypes import PrecisionType
+
+    try:
+        verl_reads = PrecisionType.to_str(PrecisionType.to_dtype(dtype)) if dtype is not True else None
+    except RuntimeError:  # the worker's "unexpected precision", after Ray started
+        verl_reads = None
+    config = nested({"critic.fsdp.model_dtype": dtype})
+    if verl_reads is None:
+        with pytest.raises(PlacementError, match=r"critic\.fsdp\.model_dtype is .* where one of 16, fp16, float16, 32"):
+            job_from_config(config)
+    else:
+        assert job_from_config(config).critic.fsdp.model_dtype == verl_reads
+
+
+def test_the_checkpoint_backend_reads_verls_default_where_unset():
+    key = "actor_rollout_ref.rollout.checkpoint_engine.backend"
+    assert job_from_config({}).rollout.checkpoint_backend == "naive"
+    assert job_from_config(nested({key: "nccl"})).rollout.checkpoint_backend == "nccl"
+
+
+def test_the_launch_stops_before_ray_on_a_quoted_sync_step():
+    from verl_split.runtime.placement.hooks import check_config
+
+    key = "trainer.v1.sync.parameter_sync_step"
+    config = compose_config("ppo_trainer", None, [f'+{key}="1"', "trainer.n_gpus_per_node=2"])
+    with pytest.raises(ActivationFailed, match=rf"{key} is '1' \(text\)"):
+        check_config(config)

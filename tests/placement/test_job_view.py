@@ -233,7 +233,16 @@ def test_the_split_placement_block_is_read_without_the_rest_of_the_job(monkeypat
 #: The modules that read verl's keys: the view's builder and its Megatron block (the readers of a type are
 #: ``config_keys``' own, around ``select_key``).
 KEY_READERS = {"placement/job_config.py", "placement/megatron_config.py", "placement/config_keys.py"}
-READER_NAMES = {"select_key", "count_key", "flag_key", "number_key"}
+READER_NAMES = {
+    "select_key",
+    "count_key",
+    "flag_key",
+    "number_key",
+    "text_key",
+    "choice_key",
+    "steps_key",
+    "present_key",
+}
 
 
 def test_verls_keys_are_read_in_one_place():
@@ -251,7 +260,8 @@ def test_verls_keys_are_read_in_one_place():
 #: verl's sections a hand reading would name (``trainer.config.data...``, ``config.get("global_profiler")``).
 SECTIONS = "actor_rollout_ref|critic|data|trainer|algorithm|reward|global_profiler|transfer_queue|split_placement"
 #: The one block the runtime touches by hand: the rollout's checkpoint engine, which shared rollout rewrites for
-#: verl's workers (its backend) and hands to verl's own manager; no fact of the job is read there.
+#: verl's workers (its backend) and hands to verl's own manager; no fact of the job is read there (its backend,
+#: before the rewrite, is the job's ``rollout.checkpoint_backend``).
 REWRITTEN = ".actor_rollout_ref.rollout.checkpoint_engine"
 
 

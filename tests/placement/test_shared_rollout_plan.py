@@ -108,7 +108,9 @@ def test_the_config_key_takes_the_switchs_spellings(value, on):
 
 @pytest.mark.parametrize("value", ["maybe", 2, [True], 1.0])
 def test_a_config_value_that_is_not_on_or_off_is_an_error(value):
-    with pytest.raises(PlacementError, match=r"split_placement\.shared_rollout must be true or false") as exc:
+    with pytest.raises(
+        PlacementError, match=r"split_placement\.shared_rollout is .*, where true or false is needed"
+    ) as exc:
         shared_rollout_from_config(config(shared=value))
     assert "+split_placement.shared_rollout=true" in str(exc.value)
 

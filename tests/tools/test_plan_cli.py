@@ -203,3 +203,24 @@ def test_a_megatron_key_on_the_fsdp_config_names_verls_megatron_config():
     assert proc.returncode == 2 and "with a leading '+'" in proc.stderr and "Megatron" not in proc.stderr
     proc = plan("model_engine=megatron", "critic.megatron.no_such_key=2")  # the Megatron config, a wrong key
     assert proc.returncode == 2 and "with a leading '+'" in proc.stderr and "Megatron keys need" not in proc.stderr
+
+
+def test_the_console_command_exits_2_on_the_quoted_sync_step():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_split.tools.cli",
+            "plan",
+            "trainer.n_gpus_per_node=8",
+            '+trainer.v1.sync.parameter_sync_step="2"',
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "trainer.v1.sync.parameter_sync_step is '2' (text), where a whole number is needed" in proc.stderr
+    assert "Write it unquoted: trainer.v1.sync.parameter_sync_step=2." in proc.stderr
+    assert "Traceback" not in proc.stderr

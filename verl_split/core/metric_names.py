@@ -54,6 +54,16 @@ CRITIC_POOL_JOIN_WAIT_S = "split/critic_pool_join_wait_s"
 SHARED_ROLLOUT_SAVED_ESTIMATE_S = "split/shared_rollout_saved_estimate_s"
 
 
+# Generation's floor (runtime/shared_rollout/floor.py): the longest request's own time and the work over capacity.
+GENERATION_FLOOR_S = "split/generation_floor_s"
+GENERATION_TAIL_FLOOR_S = "split/generation_tail_floor_s"
+GENERATION_WORK_FLOOR_S = "split/generation_work_floor_s"
+#: ``generation / floor - 1``: what any routing could still win back (0 at the floor).
+GENERATION_OVER_FLOOR = "split/generation_over_floor"
+#: The longest-running request's mean running batch on its server (a large one: moving it would shorten it).
+GENERATION_TAIL_BATCH = "split/generation_tail_batch"
+
+
 def pool_gpus(role: str) -> str:
     """``split/actor_pool_gpus`` or ``split/critic_pool_gpus``."""
     return f"{PREFIX}{role}_pool_gpus"

@@ -22,6 +22,8 @@ _FALSE = ("0", "false", "no", "off", "")
 ROLLOUT_WATCHDOG_S = 1800.0
 #: ``VERL_SPLIT_LATE_JOIN``'s value that joins without the rate model.
 ALWAYS = "always"
+#: ``VERL_SPLIT_TAIL``'s values (``runtime/shared_rollout/admission.py``'s orders; the first is the default).
+TAIL_ORDERS = ("longest_first", "verl")
 
 #: name -> (default, one-line meaning). docs/configuration.md's table lists these.
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -48,6 +50,12 @@ VARIABLES: dict[str, tuple[str, str]] = {
         "(off); auto: on in the CPU dry run, off on GPUs, where the join's push beside a generating vLLM has not "
         "run yet; always: on, and it joins without asking the rate model (tests and measurements: a join that "
         "does not pay lengthens the step).",
+    ),
+    "VERL_SPLIT_TAIL": (
+        "longest_first",
+        "With shared rollout: the order requests waiting in verl-split's balancer get a server in: longest_first (the "
+        "longest predicted from the same prompt's last length first) or verl (arrival order). Order only: the samples "
+        "do not change.",
     ),
     "VERL_SPLIT_ROLLOUT_WATCHDOG_S": (
         f"{ROLLOUT_WATCHDOG_S:g}",
@@ -123,6 +131,8 @@ class Settings:
     #: ``VERL_SPLIT_ROLLOUT_WATCHDOG_S``: seconds a rollout server may hold requests without ending one; 0: no
     #: limit (``shared_rollout.watchdog``).
     rollout_watchdog_s: float = ROLLOUT_WATCHDOG_S
+    #: ``VERL_SPLIT_TAIL``: the balancer's admission order (``shared_rollout.admission``).
+    tail: str = TAIL_ORDERS[0]
 
     @property
     def overlap(self) -> bool:
@@ -180,7 +190,16 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         late_join=parse_late_join(env.get("VERL_SPLIT_LATE_JOIN")),
         late_join_always=(env.get("VERL_SPLIT_LATE_JOIN") or "").strip().lower() == ALWAYS,
         rollout_watchdog_s=parse_seconds("VERL_SPLIT_ROLLOUT_WATCHDOG_S", env.get("VERL_SPLIT_ROLLOUT_WATCHDOG_S")),
+        tail=parse_tail(env.get("VERL_SPLIT_TAIL")),
     )
+
+
+def parse_tail(raw: str | None) -> str:
+    """``VERL_SPLIT_TAIL``: one of :data:`TAIL_ORDERS` (unset: the first)."""
+    value = (raw or "").strip().lower() or TAIL_ORDERS[0]
+    if value not in TAIL_ORDERS:
+        raise SettingsError(f"VERL_SPLIT_TAIL={raw!r} is not an accepted value. Use {' or '.join(TAIL_ORDERS)}.")
+    return value
 
 
 def parse_late_join(raw: str | None) -> bool | None:

@@ -131,9 +131,23 @@ def phase_table(columns: Sequence[Column]) -> str:
             if m is not None
         ]
         lines.append(f"speed-up of the whole step, {titles[-1]}: {', '.join(against)}")
+    lines += floor_lines(columns)
     meanings = [f"{p} = {PHASE_MEANINGS[p]}" for p in shown]
     lines += textwrap.wrap("; ".join(meanings), width=max(len(header), 100))
     return "\n".join(lines)
+
+
+def floor_lines(columns: Sequence[Column]) -> list[str]:
+    """Per run that logged it (shared rollout on verl 0.9.1), generation's floor beside its gen: the mean over the
+    steady steps of ``split/generation_floor_s`` and of the distance to it (``runtime/shared_rollout/floor.py``)."""
+    lines = []
+    for title, metrics in columns:
+        steps = [m for m in steady_steps(metrics) if m.get(names.GENERATION_FLOOR_S) is not None]
+        if steps:
+            floor = sum(float(m[names.GENERATION_FLOOR_S]) for m in steps) / len(steps)
+            over = sum(float(m.get(names.GENERATION_OVER_FLOOR, 0.0)) for m in steps) / len(steps)
+            lines.append(f"gen floor, {title}: {floor:.2f}s, generation {over:+.0%} over it (split/generation_*)")
+    return lines
 
 
 def step_rows(metrics: Sequence[dict[str, Any]]) -> list[dict[str, float]]:

@@ -45,7 +45,7 @@ class FsdpBlock:
     key: str  # "critic.fsdp"
     present: bool = False
     size: int | None = None  # ``fsdp_size``; None: unset (verl's -1: the whole pool)
-    model_dtype: str = "fp32"
+    model_dtype: str = "fp32"  # fp32, bf16 or fp16: verl's spelling of it (``job_config.MODEL_DTYPES``)
     param_offload: bool = False
     optimizer_offload: bool = False
 
@@ -113,6 +113,8 @@ class Rollout:
     log_prob_dynamic_bsz: bool = False
     #: ``checkpoint_engine.update_weights_bucket_megabytes``: the weight push's bucket.
     bucket_mb: float = 2048.0
+    #: ``checkpoint_engine.backend``: the engine the actor's workers push weights with ("naive": in-process).
+    checkpoint_backend: str = "naive"
     #: ``actor_rollout_ref.hybrid_engine``: the rollout runs in the actor's worker.
     hybrid: bool = True
 
@@ -134,10 +136,12 @@ class Trainer:
     nnodes: int | None = None  # ``model.Cluster`` refuses a count below 1
     n_gpus_per_node: int | None = None
     use_v1: bool = True  # 0.9's ``trainer.use_v1``; false runs ``RayPPOTrainer``
-    legacy_worker_impl: str = "auto"  # 0.7's ``use_legacy_worker_impl``
-    v1_mode: str = "sync"  # ``trainer.v1.trainer_mode``
-    parameter_sync_step: object = 1  # ``trainer.v1.sync.parameter_sync_step``, as written
-    profiler_steps: bool = False  # ``global_profiler.steps`` set
+    legacy_worker_impl: str = "auto"  # 0.7's ``use_legacy_worker_impl`` (read on 0.7 only)
+    v1_mode: str = "sync"  # ``trainer.v1.trainer_mode`` (read when the v1 trainer runs)
+    #: ``trainer.v1.<v1_mode>.parameter_sync_step`` (1 unset), as the v1 trainer reads it; 1 for another trainer.
+    parameter_sync_step: int = 1
+    #: ``global_profiler.steps``: the steps verl profiles (empty: none), so true when any is.
+    profiler_steps: tuple[int, ...] = ()
     critic_warmup: int = 0  # ``trainer.critic_warmup``: steps before the actor's first update
 
 
@@ -211,7 +215,8 @@ class Job:
     def needs_critic(self) -> bool:
         """verl's ``need_critic``: ``critic.enable`` when set, else the advantage estimator is GAE."""
         enable = self.algorithm.critic_enable
-        return enable if enable is not None else self.algorithm.adv_estimator.lower() == "gae"
+        # verl compares the text with its enum's "gae" as written (``need_critic``): "GAE" runs no critic.
+        return enable if enable is not None else self.algorithm.adv_estimator == "gae"
 
     @property
     def critic_reason(self) -> str:

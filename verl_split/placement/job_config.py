@@ -28,7 +28,18 @@ from packaging.version import Version
 
 from verl_split.core import compat, settings
 from verl_split.core.errors import PlacementError, SettingsError
-from verl_split.placement.config_keys import count_key, flag_key, number_key, select_key
+from verl_split.placement.config_keys import (
+    SWITCH,
+    choice_key,
+    count_key,
+    flag_key,
+    number_key,
+    present_key,
+    select_key,
+    steps_key,
+    text_key,
+    wrong_type,
+)
 from verl_split.placement.hf_config import shape_from_config
 from verl_split.placement.job import (
     Algorithm,
@@ -70,6 +81,17 @@ STORAGE = "transfer_queue.backend.SimpleStorage"
 TRAINER_JOB_ATTR = "_verl_split_job"
 SHARED_ROLLOUT_KEY = "split_placement.shared_rollout"
 READY_TIMEOUT_KEY = "split_placement.ready_timeout_s"
+#: 0.7's ``trainer.use_legacy_worker_impl``: what its ``main_ppo.py`` takes (``TaskRunner.add_critic_worker``
+#: raises ``ValueError`` on any other value, inside the TaskRunner, after Ray started).
+LEGACY_WORKER_IMPLS = ("auto", "enable", "disable")
+#: A model's ``model_dtype`` as verl reads it: ``PrecisionType.to_dtype`` (``verl/utils/torch_dtypes.py``,
+#: 0.7.1 to 0.9.1) compares it with these lists, case and all, and raises on anything else in the worker; the
+#: name each list's bytes are known by (``train_state._BYTES``).
+MODEL_DTYPES = {
+    "fp16": (16, "16", "fp16", "float16"),
+    "fp32": (32, "32", "fp32", "float32"),
+    "bf16": ("bf16", "bfloat16"),
+}
 
 
 def job_from_config(config: Any, family: str | None = None) -> Job:
@@ -77,16 +99,7 @@ def job_from_config(config: Any, family: str | None = None) -> Job:
     verl's (the newest without one). An interpolation that cannot be resolved is a ``PlacementError`` naming it."""
     asked = family or installed_family() or FAMILIES[-1]
     known = _known_family(asked)
-    trainer = Trainer(
-        nnodes=count_key(config, "trainer.nnodes"),
-        n_gpus_per_node=count_key(config, "trainer.n_gpus_per_node"),
-        use_v1=flag_key(config, "trainer.use_v1", True),
-        legacy_worker_impl=str(select_key(config, "trainer.use_legacy_worker_impl", "auto")),
-        v1_mode=str(select_key(config, "trainer.v1.trainer_mode", "sync")),
-        parameter_sync_step=select_key(config, "trainer.v1.sync.parameter_sync_step", 1),
-        profiler_steps=bool(select_key(config, "global_profiler.steps")),
-        critic_warmup=count_key(config, "trainer.critic_warmup") or 0,
-    )
+    trainer = _trainer(config, known)
     rules = _rules(known, trainer)
     models = {"actor": _model(config, "actor", False), "critic": _model(config, "critic", True)}
     roles = {role: _role(config, role, rules, models.get(role, models["actor"])) for role in ROLE_PREFIX}
@@ -106,6 +119,30 @@ def job_from_config(config: Any, family: str | None = None) -> Job:
         split=split_from_config(config),
         uses_reference=flag_key(config, "algorithm.use_kl_in_reward")
         or flag_key(config, "actor_rollout_ref.actor.use_kl_loss"),
+    )
+
+
+def _trainer(config: Any, family: str) -> Trainer:
+    """The trainer's keys; those of one family's trainer read only where that trainer reads them."""
+    use_v1 = flag_key(config, "trainer.use_v1", True)
+    legacy_worker_impl, v1_mode, sync_step = "auto", "sync", 1
+    if compat.family_in(family, compat.LEGACY_WORKERS):
+        legacy_worker_impl = choice_key(config, "trainer.use_legacy_worker_impl", LEGACY_WORKER_IMPLS, "auto")
+    if compat.family_in(family, compat.V1_TRAINER) and use_v1:
+        # As the v1 trainer reads them (trainer_base.py PPOTrainer.__init__): its mode's own block's
+        # parameter_sync_step, 1 where that block has none.
+        v1_mode = text_key(config, "trainer.v1.trainer_mode", "sync")
+        sync_step = count_key(config, f"trainer.v1.{v1_mode}.parameter_sync_step")
+    steps = steps_key(config, "global_profiler.steps")
+    return Trainer(
+        nnodes=count_key(config, "trainer.nnodes"),
+        n_gpus_per_node=count_key(config, "trainer.n_gpus_per_node"),
+        use_v1=use_v1,
+        legacy_worker_impl=legacy_worker_impl,
+        v1_mode=v1_mode,
+        parameter_sync_step=1 if sync_step is None else sync_step,
+        profiler_steps=steps or (),
+        critic_warmup=count_key(config, "trainer.critic_warmup") or 0,
     )
 
 
@@ -139,7 +176,7 @@ def trainer_job(trainer: Any) -> Job:
 
 def is_trainer_config(config: Any) -> bool:
     """A PPO trainer's config: it has verl's ``actor_rollout_ref`` and ``trainer`` sections."""
-    return select_key(config, "actor_rollout_ref") is not None and select_key(config, "trainer") is not None
+    return present_key(config, "actor_rollout_ref") and present_key(config, "trainer")
 
 
 def split_from_config(config: Any) -> Split:
@@ -149,7 +186,7 @@ def split_from_config(config: Any) -> Split:
     block = select_key(config, "split_placement")
     return Split(
         block=None if block is None else _plain(block),
-        shared_rollout=_shared_rollout(select_key(config, "split_placement.shared_rollout")),
+        shared_rollout=_shared_rollout(select_key(config, SHARED_ROLLOUT_KEY, kind=SWITCH)),
         ready_timeout_s=_ready_timeout(config),
     )
 
@@ -164,10 +201,12 @@ def _shared_rollout(value: Any) -> bool | None:
             return settings.parse_switch(SHARED_ROLLOUT_KEY, str(value), False)
         except SettingsError:
             pass
-    raise PlacementError(
-        f"{SHARED_ROLLOUT_KEY} must be true or false, got {value!r}. Set "
-        f"+{SHARED_ROLLOUT_KEY}=true to put rollout replicas on the critic pool too, or false (or leave it out) "
-        "to generate on the actor's pool only."
+    raise wrong_type(
+        SHARED_ROLLOUT_KEY,
+        value,
+        "true or false",
+        fix=f"Set +{SHARED_ROLLOUT_KEY}=true to put rollout replicas on the critic pool too, or false (or leave it "
+        "out) to generate on the actor's pool only.",
     )
 
 
@@ -214,11 +253,11 @@ def _rules(family: str, trainer: Trainer) -> str:
 
 def _model(config: Any, role: str, value_head: bool) -> Model:
     prefix = MODEL_PREFIX[role]
-    path = select_key(config, f"{prefix}.path")
+    path = text_key(config, f"{prefix}.path")
     return Model(
         prefix=prefix,
-        path=path if isinstance(path, str) else None,
-        shape=shape_from_config(select_key(config, f"{prefix}.hf_config_path") or path, value_head=value_head),
+        path=path,
+        shape=shape_from_config(text_key(config, f"{prefix}.hf_config_path") or path, value_head=value_head),
         lora_rank=max(count_key(config, f"{prefix}.lora_rank") or 0, count_key(config, f"{prefix}.lora.rank") or 0),
         lora_merge=flag_key(config, f"{prefix}.lora.merge"),
     )
@@ -226,7 +265,7 @@ def _model(config: Any, role: str, value_head: bool) -> Model:
 
 def _role(config: Any, role: str, rules: str, model: Model) -> Role:
     prefix = ROLE_PREFIX[role]
-    strategy = str(select_key(config, f"{prefix}.strategy", "") or "")
+    strategy = text_key(config, f"{prefix}.strategy", "") or ""
     mesh = mesh_of(config, role, model.shape) if strategy_of(config, role) == "megatron" else None
     dynamic = {"actor": f"{prefix}.use_dynamic_bsz", "ref": f"{prefix}.log_prob_use_dynamic_bsz"}.get(role)
     return Role(
@@ -246,19 +285,26 @@ def _role(config: Any, role: str, rules: str, model: Model) -> Role:
 def _fsdp(config: Any, block: str) -> FsdpBlock:
     return FsdpBlock(
         key=block,
-        present=select_key(config, block) is not None,
+        present=present_key(config, block),
         size=count_key(config, f"{block}.fsdp_size"),
-        model_dtype=str(select_key(config, f"{block}.model_dtype", "fp32")),
+        model_dtype=_model_dtype(config, f"{block}.model_dtype"),
         param_offload=flag_key(config, f"{block}.param_offload"),
         optimizer_offload=flag_key(config, f"{block}.optimizer_offload"),
     )
 
 
+def _model_dtype(config: Any, key: str) -> str:
+    """``key`` as verl's workers read it (``MODEL_DTYPES``), by the name of its list; unset: fp32, what a
+    training engine loads (``FSDPEngine._build_module``)."""
+    value = choice_key(config, key, [spelling for spellings in MODEL_DTYPES.values() for spelling in spellings])
+    return next((name for name, spellings in MODEL_DTYPES.items() if value in spellings), "fp32")
+
+
 def _rollout(config: Any) -> Rollout:
     bucket = number_key(config, f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes")
     return Rollout(
-        name=_text(config, f"{ROLLOUT}.name"),
-        mode=_text(config, f"{ROLLOUT}.mode"),
+        name=text_key(config, f"{ROLLOUT}.name"),
+        mode=text_key(config, f"{ROLLOUT}.mode"),
         tp=count_key(config, f"{ROLLOUT}.tensor_model_parallel_size"),
         dp=count_key(config, f"{ROLLOUT}.data_parallel_size"),
         pp=count_key(config, f"{ROLLOUT}.pipeline_model_parallel_size"),
@@ -268,6 +314,8 @@ def _rollout(config: Any) -> Rollout:
         full_determinism=flag_key(config, f"{ROLLOUT}.full_determinism"),
         log_prob_dynamic_bsz=flag_key(config, f"{ROLLOUT}.log_prob_use_dynamic_bsz"),
         bucket_mb=2048.0 if bucket is None else bucket,
+        # verl's own default where unset (CheckpointEngineConfig.backend in workers/config/rollout.py).
+        checkpoint_backend=text_key(config, f"{ROLLOUT}.checkpoint_engine.backend", "naive"),
         hybrid=flag_key(config, "actor_rollout_ref.hybrid_engine", True),
     )
 
@@ -282,11 +330,11 @@ def _reward_model(config: Any) -> RewardModel:
 
 
 def _algorithm(config: Any) -> Algorithm:
-    enable = None if select_key(config, "critic.enable") is None else flag_key(config, "critic.enable")
+    enable = flag_key(config, "critic.enable") if present_key(config, "critic.enable") else None
     inflight = count_key(config, "algorithm.filter_groups.max_inflight_gen_batches")
     return Algorithm(
         critic_enable=enable,
-        adv_estimator=str(select_key(config, "algorithm.adv_estimator", "gae")),
+        adv_estimator=text_key(config, "algorithm.adv_estimator", "gae"),
         filter_groups=flag_key(config, "algorithm.filter_groups.enable"),
         rollout_bypass=flag_key(config, "algorithm.rollout_correction.bypass_mode"),
         max_inflight_gen_batches=inflight if inflight is not None and inflight > 0 else 1,
@@ -297,7 +345,7 @@ def _batch(config: Any) -> Batch:
     return Batch(
         values=tuple((key, count_key(config, key)) for key in BATCH_KEYS),
         followers=_followers(config),
-        train_batch_set=select_key(config, TRAIN_BATCH) is not None,
+        train_batch_set=present_key(config, TRAIN_BATCH),
         gen_batch_size=count_key(config, "data.gen_batch_size"),
         max_prompt_length=count_key(config, "data.max_prompt_length"),
         max_response_length=count_key(config, "data.max_response_length"),
@@ -307,7 +355,7 @@ def _batch(config: Any) -> Batch:
 def _transfer_queue(config: Any) -> TransferQueue:
     units = count_key(config, f"{STORAGE}.num_data_storage_units")
     return TransferQueue(
-        backend=str(select_key(config, "transfer_queue.backend.storage_backend", "SimpleStorage")),
+        backend=text_key(config, "transfer_queue.backend.storage_backend", "SimpleStorage"),
         capacity=count_key(config, f"{STORAGE}.total_storage_size"),
         units=units if units is not None and units > 0 else 1,
     )
@@ -347,9 +395,3 @@ def _product(config: Any, block: str, keys: tuple[str, ...]) -> int:
         size = count_key(config, f"{block}.{key}")
         total *= 1 if size is None else size
     return total
-
-
-def _text(config: Any, key: str) -> str | None:
-    """A setting's text; None unset, or left mandatory (``???``: what a plain dict of an OmegaConf config keeps)."""
-    value = select_key(config, key)
-    return None if value is None or value == "???" else str(value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_split.placement.config_keys import count_key, flag_key, select_key
+from verl_split.placement.config_keys import count_key, flag_key, present_key, select_key, text_key
 from verl_split.placement.mesh import MESH_KEYS, Mesh, ModelShape
 
 #: Where each role's training keys live, and its model.
@@ -28,9 +28,9 @@ CUSTOM_SPLIT_KEYS = (
 
 
 def strategy_of(config: Any, role: str) -> str:
-    strategy = str(select_key(config, f"{ROLE_PREFIX[role]}.strategy", "") or "")
+    strategy = text_key(config, f"{ROLE_PREFIX[role]}.strategy", "") or ""
     if role == "ref" and not strategy:
-        strategy = str(select_key(config, "actor_rollout_ref.actor.strategy", "") or "")
+        strategy = text_key(config, "actor_rollout_ref.actor.strategy", "") or ""
     return strategy
 
 
@@ -55,6 +55,8 @@ def mesh_of(config: Any, role: str, shape: ModelShape) -> Mesh | None:
         max_seqlen_per_dp_cp_rank=select_key(config, f"{block}.max_seqlen_per_dp_cp_rank"),
         remove_padding=flag_key(config, f"{model}.use_remove_padding", True),
         micro_group=count_key(config, f"{overrides}.microbatch_group_size_per_vp_stage"),
+        # Kept as written: any value but false (a layout's text, a count, true) splits the layers another way,
+        # and megatron-core checks that split itself.
         custom_layer_split=any(
             select_key(config, f"{overrides}.{key}") not in (None, False) for key in CUSTOM_SPLIT_KEYS
         ),
@@ -74,10 +76,10 @@ def _grad_bytes(config: Any, role: str) -> int:
     an explicit ``override_ddp_config.grad_reduce_in_fp32`` wins.
     """
     explicit = f"{ROLE_PREFIX[role]}.megatron.override_ddp_config.grad_reduce_in_fp32"
-    if select_key(config, explicit) is not None:
+    if present_key(config, explicit):
         return 4 if flag_key(config, explicit) else 2
     optim = f"{ROLE_PREFIX[role]}.optim"
-    low = flag_key(config, f"{optim}.use_precision_aware_optimizer") and str(
-        select_key(config, f"{optim}.main_grads_dtype", "fp32")
+    low = flag_key(config, f"{optim}.use_precision_aware_optimizer") and (
+        text_key(config, f"{optim}.main_grads_dtype", "fp32") or "fp32"
     ).lower() not in ("fp32", "float32")
     return 2 if low else 4

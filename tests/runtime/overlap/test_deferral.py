@@ -284,10 +284,9 @@ def test_a_trainer_stuck_in_one_call_is_ended(run, monkeypatch):
     trainer = FakeTrainer(steps=2)
     trainer.fail_critic_at, trainer.later_gen_s = 1, 10 * WORK_S
     thread = threading.Thread(target=lambda: pytest.raises(UpdateFailedError, run, trainer), daemon=True)
-    started = time.monotonic()
     thread.start()
-    assert ended.wait(10), "the process was not ended"
-    assert time.monotonic() - started < 3.0
+    assert ended.wait(10), "the process was not ended"  # a hang guard: the 0.3 s limit ended it, not step 2's end
+    assert not any(call[1] == 2 for call in calls_of(trainer, "actor update"))
     thread.join(10)
 
 
@@ -302,11 +301,9 @@ def test_a_trainer_stuck_in_one_call_on_the_main_thread_is_interrupted_and_raise
         monkeypatch.setattr(deferral.os, "_exit", lambda code: pytest.fail("the process was ended, not interrupted"))
         trainer = FakeTrainer(steps=2)
         trainer.fail_critic_at, trainer.later_gen_s = 1, 60 * WORK_S  # generation of step 2: 6 s in one call
-        started = time.monotonic()
         with pytest.raises(UpdateFailedError, match=r"the critic update of step 1 failed") as raised:
             run(trainer)
-        assert time.monotonic() - started < 3.0
-        assert isinstance(raised.value.__cause__, KeyboardInterrupt)
+        assert isinstance(raised.value.__cause__, KeyboardInterrupt)  # interrupted, not waited out
         assert trainer.logger.records[0][1]["split/critic_metrics_missing"] == 1.0  # step 1's record was not lost
     finally:
         signal.signal(signal.SIGINT, previous)

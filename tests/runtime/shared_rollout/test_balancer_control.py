@@ -51,7 +51,7 @@ def test_a_slot_whose_client_gave_up_before_it_arrived_goes_to_the_next_in_the_q
         balancer = SharedRolloutBalancer(servers={"h": "handle-h", "c": "handle-c"})
         balancer.gate(parked=["c"], caps={"h": 0, "c": 1})  # h has no room; c, once open, one
         first, second = waiting(loop, balancer, 2)
-        handed = balancer._waiting[0][1]
+        handed = balancer._waiting.peek()[1]
         asyncio.run(balancer.open(["c"]))  # hands c's one slot to the first, on its way to the request loop
         handed.cancel()  # its client gave up before the slot arrived
         loop.run_until_complete(second)

@@ -420,11 +420,10 @@ def test_a_join_that_never_ends_stops_the_run_at_the_documented_limit(late, monk
     late.manager._late.timeout_s = 0.3
     late.critic.set_result("critic done")
     wait_for(lambda: ("shared", "wake_up_replicas") in late.journal)
-    started = time.monotonic()
     try:
-        with pytest.raises(SharedRolloutError, match=r"did not end within 0.3s"):
+        with pytest.raises(SharedRolloutError, match=r"did not end within 0.3s"):  # the limit ended it
             late.manager.sleep_replicas()
-        assert time.monotonic() - started < 5
+        assert not push_ends.is_set()  # the push was still hanging: the limit, not the push's end, stopped it
     finally:
         push_ends.set()
 

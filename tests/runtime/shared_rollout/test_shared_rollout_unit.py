@@ -320,3 +320,39 @@ def test_a_quoted_request_count_never_reaches_the_coordinator():
 
     with pytest.raises(PlacementError, match=r"actor_rollout_ref\.rollout\.n is '4' \(text\)"):
         trainer_job(SimpleNamespace(config={"actor_rollout_ref": {"rollout": {"n": "4"}}}))
+
+
+# ----------------------------------------------------------------------------- the weight transfer's engine
+
+
+def _engine_config(backend):
+    from verl_split.tools.hydra_config import compose_config
+
+    return compose_config("ppo_trainer", None, [f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend}"])
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_engine_is_decided_from_the_jobs_backend_and_written_for_verls_workers(device, monkeypatch):
+    import verl.utils.device
+
+    from verl_split.placement import job_from_config
+    from verl_split.runtime.cpu import weight_transfer
+    from verl_split.runtime.shared_rollout import coordinator
+
+    monkeypatch.setattr(verl.utils.device, "get_device_name", lambda: device)  # the machine decides; set here
+    expected = weight_transfer.BACKEND if device == "cpu" else coordinator.GPU_BACKEND
+    config = _engine_config("naive")
+    job = job_from_config(config)
+    assert coordinator.configure_weight_transfer(config, job) == expected
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == expected
+    # The job was read before the rewrite: a second call (a second trainer on the same job) decides alike.
+    assert coordinator.configure_weight_transfer(config, job) == expected
+
+
+def test_a_backend_the_config_chose_is_kept():
+    from verl_split.placement import job_from_config
+    from verl_split.runtime.shared_rollout import coordinator
+
+    config = _engine_config("nixl")
+    assert coordinator.configure_weight_transfer(config, job_from_config(config)) == "nixl"
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "nixl"

@@ -65,7 +65,7 @@ def trainer_of(cls: type, journal: list, shared: bool = True, asks_for_a_client:
 @pytest.fixture
 def recorded(monkeypatch):
     journal: list = []
-    monkeypatch.setattr(coordinator, "configure_weight_transfer", lambda config: _configure(config, journal))
+    monkeypatch.setattr(coordinator, "configure_weight_transfer", lambda config, job: _configure(config, journal))
     # Each start's replicas are told apart: "started 1", "started 2", ...
     monkeypatch.setattr(
         coordinator, "start", lambda trainer: journal.append("start") or f"started {journal.count('start')}"

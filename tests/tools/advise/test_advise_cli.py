@@ -15,7 +15,7 @@ CLUSTER_ARGS = ["--nnodes", "1", "--n-gpus-per-node", "8"]
 
 
 def advise(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(["advise", *args])
+    code = main(["advise", "--verbose", *args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -112,7 +112,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, setup, 
 
 def test_cluster_shape_is_required(capsys):
     with pytest.raises(SystemExit) as caught:
-        main(["advise", "run.jsonl"])
+        main(["advise", "--verbose", "run.jsonl"])
     assert caught.value.code == 2
     assert "--nnodes" in capsys.readouterr().err
 

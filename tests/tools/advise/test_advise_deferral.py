@@ -166,13 +166,13 @@ def test_the_report_and_json_show_the_deferral(tmp_path, capsys):
     stock = run_file(tmp_path / "stock.jsonl", BIG_CRITIC_UPDATE, n=8)
     split = deferred_run(tmp_path / "defer.jsonl", BIG_CRITIC_UPDATE, 4, 4, 0.3, True)
     args = [str(stock), str(split), "--nnodes", "1", "--n-gpus-per-node", "8", "--push-s", "20"]
-    assert main(["advise", *args]) == 0
+    assert main(["advise", "--verbose", *args]) == 0
     out = capsys.readouterr().out
     assert "critic update hidden" in out and "wait at its join" in out
     assert " +defer " in out and "VERL_SPLIT_OVERLAP=updates,prep,defer_critic" in out
     flat = " ".join(out.split())
     assert "deferral, shared rollout or both: deferral, because the deferral (" in flat
-    assert main(["advise", *args, "--json"]) == 0
+    assert main(["advise", "--verbose", *args, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["deferral"]["sync_s"] == pytest.approx(0.3) and result["deferral"]["choice"]["use"] == "deferral"
     assert result["recommended"]["deferred_critic"] is True

@@ -112,7 +112,7 @@ def test_a_critic_heavy_job_recommends_both(tmp_path, capsys):
     assert advice.choice.use == "both" and advice.choice.both_saves_s > advice.choice.defer_saves_s
 
     args = [str(tmp_path / "stock.jsonl"), str(tmp_path / "split.jsonl"), *CLUSTER_ARGS, "--push-s", "0.5"]
-    assert main(["advise", *args]) == 0
+    assert main(["advise", "--verbose", *args]) == 0
     out = capsys.readouterr().out
     flat = " ".join(out.split())
     assert f"{best.name} " in out and "+shared+defer: both switches on" in flat
@@ -121,7 +121,7 @@ def test_a_critic_heavy_job_recommends_both(tmp_path, capsys):
     assert f"{switches} python" in flat
     assert "VERL_SPLIT_LATE_JOIN=on: the critic pool joins generation when its update ends" in flat
     assert "deferral, shared rollout or both: both, because" in flat
-    assert main(["advise", *args, "--json"]) == 0
+    assert main(["advise", "--verbose", *args, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["recommended"]["late_join"] is True and result["recommended"]["deferred_critic"] is True
     row = result["candidates"][0]
@@ -149,7 +149,9 @@ def test_an_unknown_push_lists_both_with_its_break_even(tmp_path, capsys):
     push = advice.break_even_push_s(both)
     assert both.prediction.late.with_push(push).step_s == pytest.approx(advice.recommended.prediction.step_s, abs=1e-4)
     assert advice.choice.both_break_even_push_s and advice.choice.both_saves_s is None
-    assert main(["advise", str(tmp_path / "stock.jsonl"), str(tmp_path / "split.jsonl"), *CLUSTER_ARGS]) == 0
+    assert (
+        main(["advise", "--verbose", str(tmp_path / "stock.jsonl"), str(tmp_path / "split.jsonl"), *CLUSTER_ARGS]) == 0
+    )
     out = capsys.readouterr().out
     assert f"{both.name} " in out and f"with a free push: under {push:.2f} s" in out
 
@@ -213,7 +215,7 @@ def test_a_late_join_run_gives_the_push_but_not_its_mixed_generation(tmp_path, c
     assert flags["late_join"] and flags["critic_pool_join_s"]["mean"] == pytest.approx(run.join_at.mean)
 
     stock = run_file(tmp_path / "stock.jsonl", CRITIC_HEAVY, n=8)
-    assert main(["advise", str(stock), str(path), *CLUSTER_ARGS]) == 0
+    assert main(["advise", "--verbose", str(stock), str(path), *CLUSTER_ARGS]) == 0
     out = capsys.readouterr().out
     assert "critic pool joined (0/1)" in out and "its join, s into gen" in out and "saved (estimate, unfitted)" in out
     advice = advise([stock, path], CLUSTER)

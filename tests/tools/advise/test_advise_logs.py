@@ -169,7 +169,7 @@ def test_a_console_log_and_a_jsonl_of_two_layouts(tmp_path, capsys):
     advice = advise([stock, split], CLUSTER)
     assert [run.format for run in advice.runs] == [CONSOLE, JSONL]
     assert advice.model.lanes["gen"].fit == "fitted" and advice.model.lanes["gen"].sizes == (4, 8)
-    assert main(["advise", str(stock), str(split), "--nnodes", "1", "--n-gpus-per-node", "8"]) == 0
+    assert main(["advise", "--verbose", str(stock), str(split), "--nnodes", "1", "--n-gpus-per-node", "8"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # unwrapped
     assert "read as verl console output; layout: stock (no split/* pool sizes): one pool of every GPU, the " in out
     assert "read as JSONL (verl's file logger); layout: verl-split's split/actor_pool_gpus" in out
@@ -194,7 +194,7 @@ def test_a_console_log_and_a_jsonl_of_two_layouts(tmp_path, capsys):
 )
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys, content, message):
     path = write(tmp_path / "run.log", content)
-    code = main(["advise", str(path), "--nnodes", "1", "--n-gpus-per-node", "8"])
+    code = main(["advise", "--verbose", str(path), "--nnodes", "1", "--n-gpus-per-node", "8"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.startswith(f"verl-split advise: {path}") and err.count("\n") == 1 and "Traceback" not in err
@@ -203,7 +203,7 @@ def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys, content, message):
 
 def test_json_names_the_format_and_the_layouts_source(tmp_path, capsys):
     path = write(tmp_path / "stock.log", console_log("0.7", stock_steps(n=2), config(1, 2)))
-    assert main(["advise", str(path), "--nnodes", "2", "--n-gpus-per-node", "8", "--json"]) == 0
+    assert main(["advise", "--verbose", str(path), "--nnodes", "2", "--n-gpus-per-node", "8", "--json"]) == 0
     run = json.loads(capsys.readouterr().out)["runs"][0]
     assert run["format"] == CONSOLE and run["cluster"] == {"nnodes": 1, "n_gpus_per_node": 2}
     assert run["actor_pool_gpus"] == 2 and "the config printed at start-up" in run["layout_source"]

@@ -45,7 +45,7 @@ def test_without_the_gpus_size_nothing_is_refused_and_the_report_says_so(tmp_pat
     advice = advise([stock(tmp_path)], Cluster(1, 8), model_params=SEVEN_B, critic_params=SEVEN_B)
     assert not any("cannot hold" in why for _, why in advice.rejected)
     sizes = ["--actor-params", "7B", "--critic-params", "7B"]
-    code = main(["advise", str(stock(tmp_path)), "--nnodes", "1", "--n-gpus-per-node", "8", *sizes])
+    code = main(["advise", "--verbose", str(stock(tmp_path)), "--nnodes", "1", "--n-gpus-per-node", "8", *sizes])
     assert code == 0 and "not checked: pass --gpu-memory" in capsys.readouterr().out
 
 
@@ -104,7 +104,7 @@ def test_recipes_offer_only_layouts_that_fit_80_gib(tmp_path, qwen3_8b, engine, 
 
 def test_generation_gives_the_room_left_for_vllm(tmp_path, capsys):
     path = console_of(tmp_path / "run.log", read_log(REAL_LOG).config, 4)
-    code = main(["advise", str(path), "--nnodes", "1", "--n-gpus-per-node", "4", "--gpu-memory", "40"])
+    code = main(["advise", "--verbose", str(path), "--nnodes", "1", "--n-gpus-per-node", "4", "--gpu-memory", "40"])
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0
     # 7B, Megatron TP=4 on 4 GPUs: actor 29.3 + critic 29.3 + reference 3.3 GiB resident, 64 GiB: no room on a

@@ -31,12 +31,12 @@ def _clean_environment(monkeypatch):
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    argv_list = ["advise", *argv]
+    argv_list = ["advise", "--verbose", *argv]
     return build_parser(argv_list).parse_args(argv_list)
 
 
 def advise(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(["advise", *args])
+    code = main(["advise", "--verbose", *args])
     out, err = capsys.readouterr()
     return code, out, err
 

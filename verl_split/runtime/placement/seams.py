@@ -85,6 +85,22 @@ SEAMS: tuple[Seam, ...] = (
         wraps=(Wrap("BaseTaskRunner.init_resource_pool_mgr", HOOKS + "wrap_task_runner_pool_mgr"),),
         apply=HOOKS + "drop_ray_copy",
     ),
+    # Each worker group's rendezvous port outside the ephemeral range (ports.py says why); on verl 0.7.0, which
+    # takes no range, ``install`` steps aside with a log line.
+    Seam(
+        "rendezvous_ports",
+        "verl.single_controller.ray.base",
+        "split",
+        "placement",
+        compat.ANY,
+        needs=(
+            "RayWorkerGroup._get_master_addr_port(pg)",
+            "RayWorkerGroup._master_port",
+            "RayWorkerGroup._master_addr",
+            "get_master_addr_port",
+        ),
+        apply="verl_split.runtime.placement.ports:install",
+    ),
     Seam(
         "placement_legacy",
         "verl.trainer.ppo.ray_trainer",

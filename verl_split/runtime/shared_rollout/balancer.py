@@ -2,17 +2,20 @@
 
 Every request of a step goes through one balancer actor (verl's ``GlobalRequestLoadBalancer``: sticky
 sessions, least in-flight requests first). verl-split starts it again with both pools' servers in it
-(``coordinator.py``), as this subclass, which adds three things:
+(``coordinator.py``), as this subclass, which adds four things:
 
 * **Counting**: requests routed per server since the last ``take_step`` (``split/critic_pool_rollout_share``),
   and the step's timing as the balancer saw it (first request, last release, when the critic pool opened).
 * **Gating**, for a critic pool that joins generation late (``late_join.py``): its servers can be *parked*
   (routed nothing) and each open server can be given a *cap* of requests in flight. A request that finds
-  no open server under its cap waits here, in the balancer, in a first-come queue; a release hands its
+  no open server under its cap waits here, in the balancer, in a queue: the longest predicted first
+  (``admission.py``; arrival order without predictions or under ``VERL_SPLIT_TAIL=verl``); a release hands its
   slot to the request at the queue's head (one waiter woken, not all), an opening server its slots to the
   next ones, each going to the least loaded open server with room. So the requests a late critic pool
   takes are the ones still queued when it opens, and none is ever routed to weights of another step.
   Without gating (every server open, no cap) routing is verl's own, request for request.
+* **The floor**: each request's server, start and end in a ledger (``floor.py``), whence the step's generation
+  floor in ``take_step``; and, for a migration on join (``migration.py``), the running requests and ``pin``.
 * **Parking the dead**: a server the generation watchdog found dead or hung (``watchdog.py``) is routed nothing
   more, in any step (``park_dead``); and the watchdog asks which servers hold requests and have ended none for
   its limit (``stalled``).
@@ -38,7 +41,7 @@ import math
 import random
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 import ray
@@ -48,6 +51,8 @@ import ray
 # _servers, _inflight_requests and _request_id_to_server (read below).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
+from verl_split.runtime.shared_rollout.admission import LONGEST_FIRST, AdmissionQueue
+from verl_split.runtime.shared_rollout.floor import StepLedger
 from verl_split.runtime.shared_rollout.late_join import recent_releases
 
 # verl 0.8.0 defines it as a Ray actor class (@ray.remote, in llm_server.py), which Ray does not let a class
@@ -64,15 +69,22 @@ control = ray.method(concurrency_group=CONTROL)
 class SharedRolloutBalancer(VerlBalancer):
     """verl's default load balancer with per-server counts, parked servers and caps (module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, admission_order: str = LONGEST_FIRST, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         #: Held by every read or change of the routing state: the control group's thread and the request loop's.
         self._lock = threading.Lock()
         self._routed: Counter[str] = Counter()
         self._parked: set[str] = set()
         self._caps: dict[str, int] = {}
-        #: Requests waiting for a slot, in arrival order, each with the future its acquire awaits.
-        self._waiting: deque[tuple[str, asyncio.Future]] = deque()
+        #: Requests waiting for a slot, each with the future its acquire awaits: the predicted longest first
+        #: (``admission.py``; arrival order under ``VERL_SPLIT_TAIL=verl`` or with no prediction).
+        self._waiting = AdmissionQueue(admission_order)
+        #: Each request's prompt key, as its client gave it (``admission.py``): its length is learnt at its release.
+        self._prompt_keys: dict[str, Any] = {}
+        #: The step's requests (server, start, end): its generation floor (``floor.py``) and the migration's choice.
+        self.ledger = StepLedger()
+        #: Requests pinned to another server by a migration: the release of their aborted part teaches no length.
+        self._moved: set[str] = set()
         #: When each request ended since the last take_step (their count is the step's releases): the late join's
         #: recent rate.
         self._release_times: list[float] = []
@@ -140,6 +152,22 @@ class SharedRolloutBalancer(VerlBalancer):
             }
 
     @control
+    def running_requests(self) -> tuple[dict[str, tuple[str, float]], dict[str, int]]:
+        """Per running request its server and start, and per server its requests in flight: what the migration
+        chooses from (``migration.py``)."""
+        with self._lock:
+            running = {r: (self.ledger.server_of(r), t) for r, t in self.ledger.running().items()}
+            return running, dict(self._inflight_requests)
+
+    @control
+    def pin(self, targets: dict[str, str]) -> None:
+        """Send each request's next acquire to the server given (a migration's move: its resume goes there)."""
+        with self._lock:
+            for request_id, server in targets.items():
+                self._request_id_to_server[request_id] = server
+                self._moved.add(request_id)
+
+    @control
     def progress(self) -> dict[str, Any]:
         """The step so far, for the late join's decision (``late_join.join_pays``): requests routed, ended and
         queued, seconds since the step's first request (None before it), and the recent rate: requests ended
@@ -165,13 +193,16 @@ class SharedRolloutBalancer(VerlBalancer):
             wall = None
             if self._first_acquire is not None and self._last_release is not None:
                 wall = max(self._last_release - self._first_acquire, 0.0)
+            floor = self.ledger.floor()
             step = {
                 "routed": routed,
                 "generation_s": wall,
                 "opened_after_s": self._opened_after,
                 "own_s": self._own_s,
+                "floor": None if floor is None else floor.metrics(),
             }
             self._first_acquire = self._last_release = self._opened_after = None
+            self.ledger = StepLedger()
             self._release_times = []
             self._own_s = 0.0
             return step
@@ -184,14 +215,34 @@ class SharedRolloutBalancer(VerlBalancer):
             routed, self._routed = dict(self._routed), Counter()
             self._first_acquire = self._last_release = None
             self._release_times = []
+            self.ledger = StepLedger()
             if self._opened_after is not None:
                 self._opened_after = 0.0
             return routed
 
+    def learn_lengths(self, lengths: list[tuple[list[int], float]]) -> None:
+        """Teach the admission order the lengths of prompts (each prompt's tokens and its length): a previous
+        run's, so that its first step is ordered too (the control-plane benchmark's last epoch)."""
+        with self._lock:
+            for prompt_ids, length in lengths:
+                self._waiting.predictor.finished(prompt_key({"prompt_ids": prompt_ids}), length)
+
     # -- verl's clients ------------------------------------------------------------------------
+    def require_acquire_fields(self) -> list[str]:
+        """verl 0.9.1's clients send these of ``generate``'s arguments with each acquire: the prompt, for the
+        admission order's key (none under ``VERL_SPLIT_TAIL=verl``: nothing to serialize)."""
+        return ["prompt_ids"] if self._waiting.order == LONGEST_FIRST else []
+
+    def require_release_fields(self) -> list[str]:
+        """verl 0.9.1's clients send the request id with each release: the ledger's end of it."""
+        return ["request_id"]
+
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
+        key = prompt_key(extra)
         waiter: asyncio.Future | None = None
         with self._lock:
+            if key is not None:
+                self._prompt_keys[request_id] = key
             if not self._parked and not self._caps and not self._dead:
                 chosen = super().acquire_server(request_id)
             else:
@@ -199,11 +250,11 @@ class SharedRolloutBalancer(VerlBalancer):
                 chosen = self._choose(request_id, queued_ahead=bool(self._waiting))
                 if chosen is None:
                     waiter = asyncio.get_running_loop().create_future()
-                    self._waiting.append((request_id, waiter))
+                    self._waiting.append(request_id, waiter, key)
                 # else: room now and nobody queued before it, or a conversation's next turn
                 self._own_s += time.thread_time() - started
         if waiter is not None:
-            chosen = await waiter  # handed a slot by _hand_out, in arrival order
+            chosen = await waiter  # handed a slot by _hand_out, in admission order
         server_id, handle = chosen
         with self._lock:
             if self._first_acquire is None:
@@ -211,16 +262,27 @@ class SharedRolloutBalancer(VerlBalancer):
             if self._inflight_requests[server_id] == 1:  # it held none: its time without ending one starts now
                 self._progress[server_id] = time.monotonic()
             self._routed[server_id] += 1
+            self.ledger.started(request_id, server_id, time.monotonic())
         return server_id, handle
 
     async def release_server(self, server_id: str, **extra: Any) -> None:
         with self._lock:
-            self._release(server_id)
+            self._release(server_id, extra)
 
-    def _release(self, server_id: str) -> None:
+    def _release(self, server_id: str, extra: dict[str, Any]) -> None:
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
         VerlBalancer.release_server(self, server_id)
         self._last_release = self._progress[server_id] = time.monotonic()
+        # verl 0.9.1's clients give the request id (``require_release_fields``): the ledger ends it (the floor),
+        # and the time it held its server is its prompt's length for the admission order (``admission.py``).
+        request_id = extra.get("request_id")
+        if request_id is not None:
+            self.ledger.ended(request_id, self._last_release, extra.get("response_tokens"))
+            key = self._prompt_keys.pop(request_id, None)
+            if request_id in self._moved:
+                self._moved.discard(request_id)
+            elif key is not None:
+                self._waiting.finished(key, self.ledger.held_s(request_id))
         self._release_times.append(self._last_release)
         if self._waiting:
             self._hand_out(at_most=1)  # a release frees one slot: looking further would only scan for nothing
@@ -239,7 +301,7 @@ class SharedRolloutBalancer(VerlBalancer):
     def _hand_out_now(self, at_most: int | None) -> None:
         handed = 0
         while self._waiting and (at_most is None or handed < at_most):
-            request_id, waiter = self._waiting[0]
+            request_id, waiter = self._waiting.peek()
             if waiter.cancelled():  # its client gave up (an aborted generation): no slot for it
                 self._waiting.popleft()
                 continue
@@ -305,6 +367,15 @@ def actor_class() -> Any:
     """The Ray actor class a run starts the balancer as (``actor_class().remote(servers=...)``): Ray takes concurrency
     groups only here, not in ``.options()``, and refuses a method of a group the actor lacks."""
     return ray.remote(max_concurrency=MAX_CONCURRENCY, concurrency_groups={CONTROL: 1})(SharedRolloutBalancer)
+
+
+def prompt_key(extra: dict[str, Any]) -> Any:
+    """A request's prompt, as the admission order knows it: the key a client gave, or its prompt's tokens hashed
+    (siblings of ``rollout.n`` share it, and the same prompt at its next epoch); None without either."""
+    if (key := extra.get("prompt_key")) is not None:
+        return key
+    prompt_ids = extra.get("prompt_ids")
+    return None if prompt_ids is None else hash(tuple(prompt_ids))
 
 
 def caps_for_late_join(

@@ -22,6 +22,7 @@ from verl_split.core import metric_names as names
 from verl_split.core import settings
 from verl_split.core.errors import VerlSplitError
 from verl_split.runtime.shared_rollout.balancer import caps_for_late_join
+from verl_split.runtime.shared_rollout.floor import advice, floor_from_metrics
 from verl_split.runtime.shared_rollout.late_join import (
     JoinForecast,
     JoinRecord,
@@ -207,6 +208,8 @@ class BothPoolsCheckpointManager:
                 return JoinForecast(
                     True, self._requests, None, None, 0.0, "a validation pass generates: the step's generation is ahead"
                 )
+            if (at_floor := sit_out_at_floor(self.last_account.get("floor"), self._requests)) is not None:
+                return at_floor
             progress = ray.get(self._balancer.progress.remote(), timeout=BALANCER_TIMEOUT_S)
             return join_pays(self._requests, progress, len(self._hybrid_servers), len(shared), self._push_s)
 
@@ -292,6 +295,8 @@ class BothPoolsCheckpointManager:
             # at the rate it kept. Exact for the CPU rollout's one-at-a-time servers; a batching server (vLLM) runs
             # more requests at once for little more time, so there it overstates the saving.
             metrics[names.SHARED_ROLLOUT_SAVED_ESTIMATE_S] = generation_s * on_critic_pool / (total - on_critic_pool)
+        # The step's floor (floor.py), when verl's clients told the balancer each request's end (verl 0.9.1).
+        metrics |= step.get("floor") or {}
         if late is not None:
             if late.push_s is not None:
                 metrics[SYNC_METRIC] = late.push_s
@@ -323,3 +328,13 @@ class BothPoolsCheckpointManager:
     def resume_kv_cache_replicas(self) -> None:
         self.hybrid.resume_kv_cache_replicas()
         self._on_shared("restoring the KV cache", self.shared.resume_kv_cache_replicas)
+
+
+def sit_out_at_floor(floor_metrics: dict[str, float] | None, requests: int) -> JoinForecast | None:
+    """A forecast that the join does not pay when the step before sat at its tail floor with its longest request at
+    a small batch (``floor.advice``: nothing shortens it, so a join would only cost its push); None otherwise, and
+    without a floor (the rate model decides)."""
+    floor = floor_from_metrics(floor_metrics or {})
+    if floor is None or (said := advice(floor)).action != "nothing":
+        return None
+    return JoinForecast(False, requests, None, None, 0.0, f"the step before: {said.why}")

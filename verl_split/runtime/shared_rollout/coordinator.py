@@ -55,6 +55,7 @@ from verl.utils.ray_utils import auto_await
 # only when shared rollout is on (hooks.py); the preflight declares these names (seams.py).
 from verl.workers.rollout.llm_server import GlobalRequestLoadBalancer
 
+from verl_split.core import settings
 from verl_split.placement import Job
 from verl_split.placement.job_config import trainer_job
 from verl_split.runtime.placement.nodes import announce
@@ -69,27 +70,29 @@ GPU_BACKEND = "nccl"
 # ----------------------------------------------------------------------------- the trainer's config
 
 
-def configure_weight_transfer(config: Any) -> str:
+def configure_weight_transfer(config: Any, job: Job) -> str:
     """Give the actor's workers an engine that reaches replicas on other GPUs; return its name.
 
     Runs before verl builds the actor's worker class: the actor worker creates its checkpoint
     engine from ``rollout.checkpoint_engine`` in ``init_model`` (``verl/workers/engine_workers.py``).
     The hybrid replicas keep verl's in-process sync: the v1 trainer's own manager forces ``naive``.
+    ``job``: ``config``'s, read before this rewrites the backend (its type was checked there).
     """
     from omegaconf import open_dict
     from verl.utils.device import get_device_name
 
-    engine = config.actor_rollout_ref.rollout.checkpoint_engine
-    if engine.backend == "naive":
-        with open_dict(engine):
-            if get_device_name() == "cpu":
-                from verl_split.runtime.cpu import weight_transfer
+    backend = job.rollout.checkpoint_backend
+    if backend != "naive":
+        return backend
+    with open_dict(config.actor_rollout_ref.rollout.checkpoint_engine) as engine:
+        if get_device_name() == "cpu":
+            from verl_split.runtime.cpu import weight_transfer
 
-                engine.backend = weight_transfer.BACKEND
-                engine.custom_backend_module = weight_transfer.MODULE
-            else:
-                engine.backend = GPU_BACKEND
-    return str(engine.backend)
+            engine.backend = weight_transfer.BACKEND
+            engine.custom_backend_module = weight_transfer.MODULE
+        else:
+            engine.backend = GPU_BACKEND
+        return engine.backend
 
 
 # ----------------------------------------------------------------------------- routing
@@ -104,7 +107,9 @@ def _route_to_all(manager: Any, replicas: list[Any], job: Job) -> Any | None:
         # llm_server.py on 0.9.0 and 0.8.0): the value verl passes. full_determinism only when set: 0.8.0's
         # balancer takes no such argument (its __init__, llm_server.py) and its rollout config has no such key.
         determinism = {"full_determinism": True} if job.rollout.full_determinism else {}
-        balancer = balancer_actor_class().remote(servers=servers, **determinism)
+        balancer = balancer_actor_class().remote(
+            servers=servers, admission_order=settings.current().tail, **determinism
+        )
         previous, manager.global_load_balancer = manager.global_load_balancer, balancer
         # Nothing holds it yet: v1 hands out clients after the trainer's _setup, v0 right after this (start).
         # Killed once it has started: a kill that reached an actor still starting left its process running
@@ -242,7 +247,7 @@ def wire(trainer: Any, backend: str, started: Started) -> None:
     engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
     from verl_split.runtime.cpu import weight_transfer
 
-    if engine_config.backend == weight_transfer.BACKEND:
+    if backend == weight_transfer.BACKEND:
         # The dry run's mailbox actor starts here, not inside the first push: the push's time is what the late
         # join's rate model weighs a join against (late_join.join_pays), and a new process is no part of it.
         ray.get(weight_transfer.mailbox_ready())

@@ -72,9 +72,10 @@ def _shared_rollout(trainer: Any) -> bool:
 def wrap_setup(wrapped, instance, args, kwargs):
     if not _shared_rollout(instance):
         return wrapped(*args, **kwargs)
+    from verl_split.placement.job_config import trainer_job
     from verl_split.runtime.shared_rollout import coordinator
 
-    backend = coordinator.configure_weight_transfer(instance.config)
+    backend = coordinator.configure_weight_transfer(instance.config, trainer_job(instance))
     result = wrapped(*args, **kwargs)
     coordinator.attach(instance, backend)
     return result
@@ -83,10 +84,11 @@ def wrap_setup(wrapped, instance, args, kwargs):
 def wrap_init_workers(wrapped, instance, args, kwargs):
     if not _shared_rollout(instance):
         return wrapped(*args, **kwargs)
+    from verl_split.placement.job_config import trainer_job
     from verl_split.runtime.shared_rollout import coordinator
 
     check_ray_trainer(instance)
-    backend = coordinator.configure_weight_transfer(instance.config)
+    backend = coordinator.configure_weight_transfer(instance.config, trainer_job(instance))
     entry = _Initialising(instance)
     _initialising.append(entry)
     try:

@@ -5,8 +5,10 @@ its steps uniform; ``runs`` reads them into lanes (one pool's work in one phase)
 gives it (``log_job``) and the run's layout (``layout``); ``requirements`` holds the planner's rules for the job,
 ``pool_memory`` the memory rule; ``model`` states and fits the cost model (``generation``: the generation lane by KV
 room and TP; ``variants``: the ``+shared``, ``+defer`` and ``+shared+defer`` rows' terms); ``candidates`` ranks the
-planner's placements, ``reasons`` says why the first and which of the variants, ``advice`` ties them together,
-``render`` prints and plots, ``profile`` runs the job for ``--profile``, ``cli`` is the subcommand.
+planner's placements, ``stock_fit`` says whether stock fits the cluster with the job's batch and what would,
+``run_checks`` whether the runs are of one job and where their GPUs came from, ``reasons`` says why the first
+and which of the variants, ``advice`` ties them together, ``render`` prints and plots, ``summary`` gives the three
+lines the report ends on, ``profile`` runs the job for ``--profile``, ``cli`` is the subcommand.
 """
 
 from verl_split.tools.advise.advice import Advice, advise

@@ -11,11 +11,13 @@ from typing import Any
 from verl_split.placement import Cluster
 from verl_split.tools.advise.candidates import STOCK, Candidate, rank
 from verl_split.tools.advise.generation import generation_lane
-from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model
+from verl_split.tools.advise.model import FIT_LINEAR, OVERLAPS, CostModel, build_model, predict
 from verl_split.tools.advise.pool_memory import MemoryRule, memory_rule
 from verl_split.tools.advise.reasons import Choice, caveat, choose, reason
 from verl_split.tools.advise.requirements import JobRequirements, job_requirements
+from verl_split.tools.advise.run_checks import assumed_cluster_flags, different_jobs, unknown_jobs
 from verl_split.tools.advise.runs import LANE_MEANING, AdviseError, Run, read_run
+from verl_split.tools.advise.stock_fit import StockFit, stock_fit
 from verl_split.tools.advise.variants import (
     BOTH_TAG,
     DEFER_PHASE,
@@ -50,6 +52,10 @@ class Advice:
     #: What every candidate had to satisfy, and where it was read from; the memory rule per pool.
     job: JobRequirements | None = None
     memory: MemoryRule | None = None
+    #: Stock does not fit the cluster with the job's batch: why, and the nearest values that would.
+    stock_fit: StockFit | None = None
+    #: What the advice rests on that it could not check, one line each (runs of different jobs, a cluster assumed).
+    flags: tuple[str, ...] = ()
 
     @property
     def recommended(self) -> Candidate:
@@ -124,6 +130,8 @@ class Advice:
             "deferral": None
             if self.deferral is None
             else {**self.deferral.to_json(), "choice": None if self.choice is None else self.choice.to_json()},
+            "stock_fit": None if self.stock_fit is None else self.stock_fit.to_json(),
+            "flags": list(self.flags),
             "recommended": {
                 "placement": best.placement,
                 "shared_rollout": best.shared_rollout,
@@ -149,12 +157,14 @@ def advise(
     critic_offload_s: float | None = None,
     gpu_gb: float | None = None,
     critic_params: float | None = None,
+    allow_different_jobs: bool = False,
 ) -> Advice:
     """Read the runs, fit the cost model and rank every placement the planner accepts on the cluster.
 
     ``rollout_tp``: ``--rollout-tp``, over what the logs say (their printed config or echoed command).
     ``gpu_gb``, ``model_params`` (the actor's), ``critic_params``: the memory rule's GPU and model sizes.
     ``push_s``, ``model_params``, ``critic_offload_s``: shared rollout's costs where the runs do not measure them.
+    ``allow_different_jobs``: fit runs whose logs say they ran different jobs (flagged) instead of refusing them.
     """
     if not paths:
         raise AdviseError(
@@ -162,6 +172,7 @@ def advise(
             "JSONL, or a CSV export)."
         )
     runs = tuple(read_run(path, cluster) for path in paths)
+    flags = _run_flags(runs, allow_different_jobs)
     model = build_model(runs)
     shared = shared_rollout_costs(runs, push_s, model_params, critic_offload_s)
     deferral = deferral_costs(runs)
@@ -190,6 +201,13 @@ def advise(
         why = "; ".join(f"{name}: {text}" for name, text in rejected[:2])
         raise AdviseError(f"no placement fits the cluster {cluster.describe()}: {why}")
     step_cv = max((run.step.std / run.step.mean for run in runs if run.step.mean > 0), default=0.0)
+    unfit = stock_fit(cluster, job.requirements)
+    if unfit is not None:
+        # Stock with the smaller micro-batches, predicted where its one pool holds the models.
+        if unfit.micro and (memory is None or memory.refusal(cluster.n_gpus, cluster.n_gpus, True) is None):
+            step = predict(model, cluster.n_gpus, cluster.n_gpus, colocated=True, overlaps=overlaps).step_s
+            unfit = dataclasses.replace(unfit, predicted_step_s=step if step != float("inf") else None)
+        flags.append(unfit.headline())
     return Advice(
         cluster=cluster,
         runs=runs,
@@ -210,7 +228,31 @@ def advise(
         choice=choose(everything) if has_deferral else None,
         job=job,
         memory=memory,
+        stock_fit=unfit,
+        flags=tuple(flags),
     )
+
+
+def _run_flags(runs: Sequence[Run], allow_different_jobs: bool) -> list[str]:
+    """Runs of different jobs: refused, or flagged when allowed; a cluster assumed, or a job not said: flagged."""
+    flags = []
+    differences = different_jobs(runs)
+    if differences:
+        text = "; ".join(differences)
+        if not allow_different_jobs:
+            raise AdviseError(
+                f"the runs are of different jobs ({text}): the fit would read that difference as scaling. Advise "
+                "from runs of one job, or pass --different-jobs to fit them anyway."
+            )
+        flags.append(f"the runs are of different jobs ({text}), fitted together as --different-jobs asks")
+    unknown = unknown_jobs(runs)
+    if unknown:
+        flags.append(
+            f"{', '.join(unknown)}: "
+            + ("the logs say" if len(unknown) > 1 else "the log says")
+            + " nothing of the job (model, lengths, batch), so the runs are not checked to be of one job"
+        )
+    return flags + assumed_cluster_flags(runs)
 
 
 def _assumptions(

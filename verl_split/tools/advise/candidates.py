@@ -45,7 +45,8 @@ class Candidate:
 
     placement: str
     prediction: Prediction
-    speedup_vs_stock: float
+    #: None when stock does not fit the cluster (``stock_fit``): no baseline to compare against.
+    speedup_vs_stock: float | None
     same_prediction_as: tuple[str, ...] = field(default=())
 
     @property
@@ -206,7 +207,7 @@ def rank(
     stock_step = predictions[stock_key].step_s if stock_key in predictions else None
 
     def candidate(names: list[str], prediction: Prediction) -> Candidate:
-        speedup = (stock_step / prediction.step_s) if stock_step and prediction.step_s else 1.0
+        speedup = (stock_step / prediction.step_s) if stock_step and prediction.step_s else None
         return Candidate(names[0], prediction, speedup, same_prediction_as=tuple(names[1:]))
 
     candidates = [candidate(names, predictions[key]) for key, names in layouts.items()]

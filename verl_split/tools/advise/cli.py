@@ -105,6 +105,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="The critic's parameter count (default: its config.json, else the size in its name).",
     )
+    parser.add_argument(
+        "--different-jobs",
+        action="store_true",
+        help="Fit runs whose logs say they ran different jobs (model, prompt or response length, batch) instead of "
+        "refusing them; the advice is then flagged.",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Print each run's lanes, the fitted model, every refused layout's reason and every assumption.",
+    )
     parser.add_argument("--json", action="store_true", help="Print the runs, the model and the ranking as JSON.")
     parser.add_argument("--plot", metavar="FILE.png", help="Draw the predicted step time per placement, by phase.")
     profile = parser.add_argument_group("--profile: measure the job first")
@@ -187,22 +198,27 @@ def run(args: argparse.Namespace) -> int:
             critic_offload_s=args.critic_offload_s,
             gpu_gb=args.gpu_memory,
             critic_params=args.critic_params,
+            allow_different_jobs=args.different_jobs,
         )
     except VerlSplitError as exc:
         print(f"verl-split advise: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        print(json.dumps(advice.to_json(), indent=2))
+        from verl_split.tools.advise.summary import confidence, summary_lines
+
+        level, why = confidence(advice)
+        report = {**advice.to_json(), "confidence": {"level": level, "why": why}, "summary": summary_lines(advice)}
+        print(json.dumps(report, indent=2))
     else:
         from verl_split.tools.advise.render import render_text
 
-        print(render_text(advice))
-        if args.profile:
+        if args.profile:  # before the report, which ends on its summary
             files = " ".join(str(path) for path in paths)
             print(
                 f"advise again from these runs: verl-split advise {files} --nnodes {args.nnodes} "
-                f"--n-gpus-per-node {args.n_gpus_per_node}"
+                f"--n-gpus-per-node {args.n_gpus_per_node}\n"
             )
+        print(render_text(advice, verbose=args.verbose))
     if args.plot:
         from verl_split.tools.advise.render import plot_candidates
 

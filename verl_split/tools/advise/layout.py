@@ -43,11 +43,20 @@ class RunLayout:
     notes: tuple[str, ...] = ()
 
 
-def config_cluster(job: Job | None) -> Cluster | None:
-    """The cluster the job's config gives (``trainer.nnodes`` x ``trainer.n_gpus_per_node``), None when it does not."""
+#: verl's ``trainer.nnodes`` when a command does not set it (``verl/trainer/config/ppo_trainer.yaml``).
+VERL_DEFAULT_NNODES = 1
+
+
+def config_cluster(job: Job | None, overrides: bool = False) -> Cluster | None:
+    """The cluster the job's config gives (``trainer.nnodes`` x ``trainer.n_gpus_per_node``), None when it does not.
+
+    ``overrides``: the config is a command's overrides, which hold only what the command set: a GPU count without
+    ``trainer.nnodes`` ran on verl's default, one node."""
     if job is None:
         return None
     nnodes, per_node = job.trainer.nnodes, job.trainer.n_gpus_per_node
+    if overrides and nnodes is None:
+        nnodes = VERL_DEFAULT_NNODES
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (nnodes, per_node)):
         return None
     return Cluster(nnodes=nnodes, n_gpus_per_node=per_node)
@@ -81,8 +90,10 @@ def run_layout(
     ``job``: the view of the printed config, or of the overrides the log's command echoed (``config_source`` says
     which); None when the log has neither.
     """
-    logged = config_cluster(job)
+    logged = config_cluster(job, overrides=config_source != CONFIG)
     cluster, cluster_source = (logged, config_source) if logged is not None else (flags, FLAGS)
+    if logged is not None and job is not None and job.trainer.nnodes is None:
+        cluster_source += f" (trainer.nnodes unset there: verl's default, {VERL_DEFAULT_NNODES})"
     notes = []
     if logged is not None and (logged.nnodes, logged.n_gpus_per_node) != (flags.nnodes, flags.n_gpus_per_node):
         notes.append(

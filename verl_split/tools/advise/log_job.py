@@ -3,7 +3,8 @@
 verl's ``main_ppo`` pprints the resolved config at start-up (:func:`verl_split.tools.advise.console.find_config`);
 a log without it often still holds the command that started the run: a shell's ``set -x`` trace
 (``+ python3 -m verl.trainer.main_ppo key=value ...``) or the command pasted at its head, continued over lines with
-``\\``. Its ``key=value`` overrides (hydra's ``+key``/``++key`` too) become a nested config holding those keys only:
+``\\``, or verl-data's ``command:`` heading at the log's head (the overrides a script was given, as one quoted
+argument). Its ``key=value`` overrides (hydra's ``+key``/``++key`` too) become a nested config holding those keys only:
 what the job left at verl's defaults is not known from them, and the planner's rules that need such a key are
 not checked. ``$VAR`` and ``${VAR}`` are resolved from ``VAR=value`` lines earlier in the log (a ``set -x`` trace
 echoes them; ``export VAR=value``); an override whose variable the log never sets is left out and said.
@@ -24,6 +25,11 @@ from typing import Any
 
 CONFIG = "the config printed at start-up"
 OVERRIDES = "the overrides echoed in the log's command"
+#: verl-data's logs (``eric-haibin-lin/verl-data``) open with ``commit:`` and ``command:`` headings, each over its
+#: value's line; the command often runs an example script with the overrides as one quoted argument.
+_HEADER_RE = re.compile(r"^command:[ \t]*\r?\n(.+)$", re.M)
+HEADER_LINES = 40  # the heading is at the log's head
+HEADER_CHARS = 64_000  # enough for those lines: a long log is not split into lines to find them
 #: The trainer's module in a command line.
 _ENTRY_RE = re.compile(r"verl\.trainer\.main_\w+")
 #: A shell assignment a ``set -x`` trace or a script's head shows: ``+ TP=4``, ``export TP=4``, ``TP=4``.
@@ -75,15 +81,23 @@ def overrides_from_text(text: str) -> tuple[dict[str, Any] | None, list[str]]:
     if not text:
         return None, []
     matches = list(_ENTRY_RE.finditer(text))
-    if not matches:
-        return None, []
-    start = matches[-1].end()
-    command = _logical_line(text, start)
-    variables = _assignments(text[: matches[-1].start()])
-    try:
-        tokens = shlex.split(command, comments=False, posix=True)
-    except ValueError:  # an unbalanced quote: the line was cut
-        tokens = command.split()
+    notes = []
+    if matches:
+        command = _logical_line(text, matches[-1].end())
+        variables = _assignments(text[: matches[-1].start()])
+        tokens = _tokens(command)
+    else:
+        head = _HEADER_RE.search("\n".join(text[:HEADER_CHARS].splitlines()[:HEADER_LINES]))
+        if head is None:
+            return None, []
+        # A script's argument that holds several overrides (one quoted string) counts as its overrides.
+        tokens = [part for token in _tokens(head.group(1)) for part in _tokens(token)]
+        variables = {}
+        if not any(_ENTRY_RE.search(token) for token in tokens):
+            notes.append(
+                "the job's settings come from the command: heading at the log's head, which runs a script: what the "
+                "script sets itself is not in the log"
+            )
     nested: dict[str, Any] = {}
     unresolved = []
     for token in tokens:
@@ -96,13 +110,19 @@ def overrides_from_text(text: str) -> tuple[dict[str, Any] | None, list[str]]:
             unresolved.append(key)
             continue
         _put(nested, key.split("."), _parse(value))
-    notes = []
     if unresolved:
         notes.append(
             f"the log's command sets {', '.join(unresolved[:4])} through a shell variable the log does not show: "
             "left out (pass the flag that says it, e.g. --rollout-tp)"
         )
     return (nested or None), notes
+
+
+def _tokens(command: str) -> list[str]:
+    try:
+        return shlex.split(command, comments=False, posix=True)
+    except ValueError:  # an unbalanced quote: the line was cut
+        return command.split()
 
 
 def _logical_line(text: str, start: int) -> str:

@@ -47,7 +47,10 @@ def reason(candidates: list[Candidate], model: CostModel) -> str:
         )
     p = best.prediction
     if stock is None:
-        return f"{best.placement} is the fastest placement that fits."
+        return (
+            f"{best.placement} is the fastest placement that fits; stock ({STOCK}) does not, so there is no "
+            "baseline to weigh the split against (see check: below)."
+        )
     _, lost = _trade(best, stock, model)
     deferred = (
         " (the critic's update deferred: it runs on behind the actor's update, the weight sync and the next "

@@ -10,9 +10,10 @@ import textwrap
 
 from verl_split.dryrun.report import PHASE_COLORS
 from verl_split.tools.advise.advice import Advice
-from verl_split.tools.advise.candidates import STOCK
+from verl_split.tools.advise.candidates import STOCK, Candidate
 from verl_split.tools.advise.model import FIT_LINEAR
 from verl_split.tools.advise.runs import LANE_MEANING, LANE_POOL, LANES
+from verl_split.tools.advise.summary import summary_lines
 from verl_split.tools.advise.variants import BOTH_TAG, DEFER_OVERLAP, DEFER_PHASE, DEFER_TAG, SHARED_TAG
 
 WIDTH = 100
@@ -27,17 +28,53 @@ def _pct(share: float) -> str:
     return f"{100 * share:.0f} %"
 
 
+def speedup_text(candidate: Candidate) -> str:
+    """The speed-up against stock, or n/a where stock does not fit the cluster (no baseline)."""
+    return "n/a" if candidate.speedup_vs_stock is None else f"{candidate.speedup_vs_stock:.2f}x"
+
+
 def _steps(steps: tuple[int, ...]) -> str:
     return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
 
 
-def render_text(advice: Advice) -> str:
-    """The console report: each run as measured, the fitted model, the ranked candidates, the advice."""
+def render_text(advice: Advice, verbose: bool = False) -> str:
+    """The console report: the runs, the ranked candidates, the advice, what it rests on and the three-line
+    summary last. ``verbose``: each run's lanes, the fitted model, every refusal's reason and every assumption."""
     cluster = advice.cluster
     out = [
         f"verl-split advise: {cluster.describe()}; {len(advice.runs)} run{'s' if len(advice.runs) > 1 else ''}",
         "",
     ]
+    out += run_lines(advice) if verbose else short_run_lines(advice)
+    if verbose:
+        out += job_lines(advice)
+        out += model_lines(advice)
+    out += table_lines(advice, verbose)
+    out += recommendation_lines(advice, verbose)
+    if not verbose:
+        out.append("(--verbose: each run's lanes, the fitted model, every refusal's reason and assumption)")
+    out.append("")
+    out += [line for flag in advice.flags for line in _wrap(f"check: {flag}", "", "  ")]
+    # Three items, each wrapped under its label: what to use, what it gains and how sure, the run to do next.
+    out += [line for item in summary_lines(advice) for line in _wrap(item, "", "    ")]
+    return "\n".join(out)
+
+
+def short_run_lines(advice: Advice) -> list[str]:
+    """A line per run: its layout and where it came from, its steps and mean step time."""
+    out = []
+    for run in advice.runs:
+        out += _wrap(
+            f"{run.path}: {run.layout}, {_steps(run.steps)}, {run.step.mean:.2f} s a step; layout: {run.layout_source}",
+            "",
+        )
+    out.append("")
+    return out
+
+
+def run_lines(advice: Advice) -> list[str]:
+    """Each run as measured: its lanes' mean [min-max], the fixed part, the spread, the work kept apart."""
+    out = []
     for run in advice.runs:
         left_out = "" if run.steps[0] == run.first_step else f", step {run.first_step} left out"
         out.append(f"{run.path}: {run.layout}, {_steps(run.steps)}{left_out}; seconds, mean [min-max] over steps")
@@ -65,8 +102,12 @@ def render_text(advice: Advice) -> str:
         for note in run.notes:
             out += _wrap(f"note: {note}", "  ")
         out.append("")
+    return out
 
-    out += job_lines(advice)
+
+def model_lines(advice: Advice) -> list[str]:
+    """The cost model as fitted: each lane's serial and parallel part, and where each came from."""
+    out = []
     out.append("cost model, each lane on its pool of n GPUs: time(n) = serial + parallel / n")
     out.append(f"  {'lane':<20} {'pool':<7} {'serial':>8} {'parallel':>9}  from")
     for lane, lane_model in advice.model.lanes.items():
@@ -86,7 +127,12 @@ def render_text(advice: Advice) -> str:
     out.append(f"  {'fixed':<20} {'-':<7} {advice.model.fixed_s:7.2f}s")
     out.append("  step: colocated pools add every lane; split pools take max(actor, critic) in preparation and updates")
     out.append("")
+    return out
 
+
+def table_lines(advice: Advice, verbose: bool) -> list[str]:
+    """The ranked candidates, what their tags mean, the unranked variants and the refused layouts."""
+    out = []
     out.append("predicted step time per placement, fastest first (splits with VERL_SPLIT_OVERLAP=updates,prep)")
     header = (
         f"  {'#':>2} {'placement':<22} {'actor':>5} {'critic':>6} {'gen':>7} {'prep':>7} {'updates':>7} "
@@ -104,7 +150,7 @@ def render_text(advice: Advice) -> str:
         name = cand.name if len(cand.name) <= 22 else cand.name[:21] + "~"
         out.append(
             f"  {i:>2} {name:<22} {pools} {p.phases['gen']:6.2f}s {p.phases['prep']:6.2f}s "
-            f"{p.phases['updates']:6.2f}s {p.step_s:7.2f}s {cand.speedup_vs_stock:7.2f}x {idle}"
+            f"{p.phases['updates']:6.2f}s {p.step_s:7.2f}s {speedup_text(cand):>8} {idle}"
         )
     for cand in advice.candidates:
         if len(cand.name) > 22 or cand.same_prediction_as:
@@ -127,10 +173,22 @@ def render_text(advice: Advice) -> str:
             "  ",
             "    ",
         )
-    out += _shared_rows(advice)
-    out += refused_rows(advice)
+    if verbose:
+        out += _shared_rows(advice)
+        out += refused_rows(advice)
+    else:
+        if advice.unranked:
+            out += _wrap(f"{len(advice.unranked)} {SHARED_TAG} row(s) not ranked: the weight push is not known", "  ")
+        if advice.rejected:
+            names = ", ".join(name for name, _ in advice.rejected)
+            out += _wrap(f"refused (the planner's rules, the memory rule): {names}", "  ", "    ")
     out.append("")
+    return out
 
+
+def recommendation_lines(advice: Advice, verbose: bool) -> list[str]:
+    """The recommendation, why, how close the runner-up is and its command; with ``verbose`` all it assumed."""
+    out = []
     best = advice.recommended
     shared = " with split_placement.shared_rollout=true" if best.shared_rollout else ""
     shared += (
@@ -151,7 +209,17 @@ def render_text(advice: Advice) -> str:
             "  ",
             "    ",
         )
+    unfit = advice.stock_fit
+    if unfit is not None and unfit.predicted_step_s is not None and unfit.predicted_step_s < best.prediction.step_s:
+        out += _wrap(
+            f"but stock verl with {unfit.overrides()} (the same optimisation in smaller micro-batches) is predicted "
+            f"at {unfit.predicted_step_s:.2f} s a step, faster than every split that fits: see the summary below",
+            "  ",
+            "    ",
+        )
     out += rollout_tp_line(advice)
+    if not verbose:
+        return out
     out += memory_lines(advice)
     if advice.choice is not None:
         choice = advice.choice
@@ -164,7 +232,7 @@ def render_text(advice: Advice) -> str:
         out += textwrap.wrap(f"assumed: {line}", width=WIDTH, subsequent_indent="  ")
     if advice.next_run:
         out += textwrap.wrap(f"to fit instead of assume: {advice.next_run}", width=WIDTH, subsequent_indent="  ")
-    return "\n".join(out)
+    return out
 
 
 def _wrap(text: str, indent: str, more: str | None = None) -> list[str]:
@@ -316,7 +384,7 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
         ("other", f"fixed: reward, advantages, weight sync, the rest ({SHARED_TAG}: and the push, the offload)"),
     )
     candidates = advice.candidates
-    fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 5.0))
+    fig, ax = plt.subplots(figsize=(min(max(8.0, 4.0 + 0.9 * len(candidates)), 20.0), 6.0))
     for x, cand in enumerate(candidates):
         bottom = 0.0
         for phase, _ in phases:
@@ -326,7 +394,7 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
         ax.text(
             x,
             bottom,
-            f"{cand.prediction.step_s:.1f}s\n{cand.speedup_vs_stock:.2f}x",
+            f"{cand.prediction.step_s:.1f}s\n{speedup_text(cand)}",
             ha="center",
             va="bottom",
             fontsize=8,
@@ -340,10 +408,14 @@ def plot_candidates(advice: Advice, path: str | os.PathLike[str]) -> None:
     ax.set_xticks(range(len(candidates)))
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("predicted seconds per step")
-    ax.set_title(f"predicted step time per placement\n{advice.cluster.describe()}", fontsize=10)
+    title = f"predicted step time per placement\n{advice.cluster.describe()}"
+    if advice.stock_fit is not None:
+        title += "\nstock does not fit with the job's batch: no speed-up (n/a)"
+    ax.set_title(title, fontsize=10)
     handles = [Patch(color=PHASE_COLORS[p], label=label) for p, label in reversed(phases)]
-    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # Below the bars, so that they keep the figure's width.
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
     ax.margins(y=0.15)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend below the axes too
     plt.close(fig)

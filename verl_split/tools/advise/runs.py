@@ -41,6 +41,7 @@ from verl_split.tools.advise.exports import AdviseError
 from verl_split.tools.advise.layout import CONFIG, RunLayout, run_layout
 from verl_split.tools.advise.log_job import job_config, model_shape
 from verl_split.tools.advise.logs import CSV, PeriodicWork, read_log
+from verl_split.tools.advise.tail import tail_notes
 
 __all__ = ["AdviseError", "LANES", "PUSH_S", "SYNC_S", "Run", "Spread", "lane_times", "read_records", "read_run"]
 
@@ -121,6 +122,7 @@ class Run:
     format: str = ""
     cluster: Cluster | None = None
     layout_source: str = ""
+    cluster_source: str = ""  # where ``cluster`` came from: the log (its config or command), or the flags
     #: verl's weight sync after the actor update; a deferred critic update's hidden part and join wait.
     sync: Spread | None = None
     hidden: Spread | None = None
@@ -291,6 +293,7 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
             f"({100 * even:.0f} % would be an even spread over the GPUs); its generation counts as on all "
             f"{layout.actor_gpus + layout.critic_gpus} GPUs"
         )
+    notes += tail_notes(steady)
     syncs = [
         max(v - push, 0.0) for s, push in zip(steady, on_path, strict=True) if (v := number(s.get(SYNC_S))) is not None
     ]
@@ -312,6 +315,7 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
         format=log.format,
         cluster=layout.cluster,
         layout_source=layout.pools_source,
+        cluster_source=layout.cluster_source,
         sync=Spread.of_any(syncs),
         hidden=Spread.of_any(hidden),
         join_wait=Spread.of_any(waits),

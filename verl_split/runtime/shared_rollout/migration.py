@@ -1,0 +1,109 @@
+"""Migrate on join: the longest-running requests of the busiest actor-pool servers move to the joining servers.
+
+When the critic pool joins generation late, the requests already running on the actor pool's servers stay there,
+at those servers' large batch, and the step ends with the longest of them (``floor.py``: the tail floor). Moved
+onto a joining server, where the batch is small, a long request decodes faster per token (the decode curve in
+``benchmarks/control_plane_server.py``: 47 ms a token at a batch of 64 against 7 ms alone, on one H100).
+RLHFuse (arXiv 2409.13221) and Laminar (arXiv 2510.12633) move long-tail requests the same way.
+
+How a move is made, with verl's own pieces:
+
+1. the weight version on every source and target server is the same (the critic pool's push has landed): checked
+   first, and a difference refuses the whole migration (:class:`MigrationRefused`) before anything is aborted,
+   since a request resumed on other weights would mix two policies in one response;
+2. the moves are chosen (:func:`choose_moves`): over and over, the most loaded source server gives up its
+   longest-running request not yet chosen, to the target with the fewest requests;
+3. each moved request is pinned to its target in the balancer (verl's sticky map: its next acquire goes there);
+4. it is aborted on its source (``abort_request(request_id, reset_prefix_cache=False)``: the source's prefix cache
+   stays, for the requests that stay there);
+5. the client resumes it: verl's ``FullyAsyncLLMServerClient.generate`` re-sends an aborted request with its prompt
+   and the tokens so far (and the budget left), acquires again (the pin sends it to the target), and concatenates
+   the tokens and the rollout log-probs of both parts. It waits 1 s before each resume (verl 0.9.1's
+   ``llm_server.py``): a move pays only for a request with well over a second of decoding left.
+
+Exact in distribution (the same prompt, weights and sampling parameters; the response generated in full), not bit
+for bit on vLLM: the target samples the rest with its own random numbers. What it needs that a default run lacks:
+the resuming client (the sync trainer's ``LLMServerClient`` returns an aborted request as it stands: a cut
+response), and the request id passed through to vLLM (``rollout.full_determinism``; otherwise verl sends a fresh
+id per call and ``abort_request`` cannot name it). So it is not switched on in a training run; the control-plane
+benchmark and its test run it on stand-in servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+from verl_split.core.errors import VerlSplitError
+
+
+class MigrationRefused(VerlSplitError):
+    """The servers hold different weight versions: moving a request between them would mix two policies."""
+
+
+@dataclass(frozen=True)
+class Move:
+    request_id: str
+    source: str
+    target: str
+
+
+def choose_moves(
+    running: dict[str, tuple[str, float]], inflight: dict[str, int], sources: list[str], targets: list[str], count: int
+) -> list[Move]:
+    """Up to ``count`` moves (module docstring, step 2). ``running``: request id -> (server, when it started);
+    ``inflight``: requests per server (targets included: a target already busy gets fewer)."""
+    if not targets or count <= 0:
+        return []
+    by_server: dict[str, list[tuple[float, str]]] = {s: [] for s in sources}
+    for request_id, (server, started) in running.items():
+        if server in by_server:
+            by_server[server].append((started, request_id))
+    for queue in by_server.values():
+        heapq.heapify(queue)  # the earliest started (the longest running) first
+    busiest = [(-inflight.get(s, len(q)), s) for s, q in by_server.items() if q]
+    heapq.heapify(busiest)
+    fewest = [(inflight.get(t, 0), t) for t in targets]
+    heapq.heapify(fewest)
+    moves: list[Move] = []
+    while busiest and len(moves) < count:
+        load, source = heapq.heappop(busiest)
+        _, request_id = heapq.heappop(by_server[source])
+        held, target = heapq.heappop(fewest)
+        moves.append(Move(request_id, source, target))
+        heapq.heappush(fewest, (held + 1, target))
+        if by_server[source]:
+            heapq.heappush(busiest, (load + 1, source))
+    return moves
+
+
+def check_versions(versions: dict[str, Any]) -> None:
+    """Raise :class:`MigrationRefused` unless every server named holds the same weight version."""
+    if len(set(versions.values())) > 1:
+        listed = ", ".join(f"{server}: {version}" for server, version in sorted(versions.items()))
+        raise MigrationRefused(
+            f"not moving requests between servers holding different weights ({listed}): a resumed response would "
+            "mix two policies. The critic pool's push must land before its servers take moved requests."
+        )
+
+
+async def migrate(balancer: Any, servers: dict[str, Any], sources: list[str], targets: list[str], count: int):
+    """Move up to ``count`` requests from ``sources`` to ``targets`` (module docstring); the moves made.
+
+    ``balancer``: verl-split's balancer actor (``running_requests``, ``pin``); ``servers``: name -> the rollout
+    server's actor (``weights_version``, ``abort_request``)."""
+    named = [*sources, *targets]
+    versions = await asyncio.gather(*[servers[s].weights_version.remote() for s in named])
+    check_versions(dict(zip(named, versions, strict=True)))
+    running, inflight = await balancer.running_requests.remote()
+    moves = choose_moves(running, inflight, sources, targets, count)
+    if not moves:
+        return []
+    await balancer.pin.remote({m.request_id: m.target for m in moves})
+    answers = await asyncio.gather(
+        *[servers[m.source].abort_request.remote(m.request_id, reset_prefix_cache=False) for m in moves]
+    )
+    # A request that ended between the choice and its abort is simply not moved: its pin is never used.
+    return [m for m, answer in zip(moves, answers, strict=True) if answer.get("aborted")]
