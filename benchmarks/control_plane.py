@@ -69,7 +69,8 @@ from verl_split.placement.verl_config import plan_from_config
 from verl_split.runtime.overlap import deferral
 from verl_split.runtime.placement.choice import check_fit
 from verl_split.runtime.placement.nodes import NodeLoad, cluster_nodes
-from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
+from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY
+from verl_split.runtime.shared_rollout.balancer import actor_class as balancer_actor_class
 from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -361,7 +362,7 @@ def start_world(args: argparse.Namespace) -> SimpleNamespace:
         # verl's own balancer over the actor pool's servers, started as verl starts it; verl-split's over all 32,
         # started as coordinator._route_to_all starts it.
         stock_balancer=get_router_handle({n: generation for n in names[:HYBRID]}),
-        balancer=ray.remote(SharedRolloutBalancer).options(max_concurrency=MAX_CONCURRENCY).remote(servers=servers),
+        balancer=balancer_actor_class().remote(servers=servers),
         critic_ranks=[StandInCriticRank.remote() for _ in range(2)],
         limit_s=args.limit_s,
     )

@@ -44,7 +44,8 @@ import ray
 from control_plane_model import PUBLISHED_LENGTHS
 from control_plane_server import StandInDecodeServer
 
-from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
+from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY
+from verl_split.runtime.shared_rollout.balancer import actor_class as balancer_actor_class
 from verl_split.runtime.shared_rollout.floor import StepLedger, advice
 from verl_split.runtime.shared_rollout.migration import migrate
 
@@ -89,7 +90,7 @@ def start_world(args: argparse.Namespace) -> dict[str, Any]:
     hybrid, shared = names[: args.hybrid], names[args.hybrid :]
 
     def ours(order: str):
-        cls = ray.remote(SharedRolloutBalancer).options(max_concurrency=MAX_CONCURRENCY)
+        cls = balancer_actor_class()
         return cls.remote(servers=servers, admission_order=order)
 
     # One actor per order (each arm sets its gate before its step): fewer processes on a small machine.

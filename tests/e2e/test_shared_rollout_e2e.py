@@ -155,7 +155,7 @@ FAULTS = {
     "dies": (
         {"SLOW_ROLLOUT_DIE": "1@2"},
         "died",
-        r"died \(its server does not answer\)\. It is parked",
+        r"died \(Ray records its server's actor as dead\)\. It is parked",
     ),
     "hangs": (
         {"SLOW_ROLLOUT_HANG": "1@2"},

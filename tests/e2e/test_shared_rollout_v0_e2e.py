@@ -133,7 +133,7 @@ def test_a_server_that_dies_mid_generation_ends_the_run_naming_it(shared_and_pla
     assert [r["died"] for r in _records(out) if "died" in r] == [1]
     assert (
         "SharedRolloutError: shared rollout: generation stopped: the rollout server of replica 1 (critic pool) died "
-        "(its server does not answer). It is parked" in run.log
+        "(Ray records its server's actor as dead). It is parked" in run.log
     ), run.log[-4000:]
     assert last_checkpoint(out / "checkpoints") == SAVED_STEP
     assert not (out / "checkpoints" / f"global_step_{SAVED_STEP + 1}").exists()

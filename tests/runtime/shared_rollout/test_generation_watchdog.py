@@ -2,8 +2,8 @@
 
 The balancer is verl-split's subclass of verl's own ``GlobalRequestLoadBalancer``, driven on one asyncio loop
 without Ray, its clock stepped by the test; the watch's trainer side is given fakes of the checkpoint managers and
-of the balancer's handle, and the probe of the servers (``both_pools.dead_replicas``, on a real Ray in
-test_dead_replicas_ray.py) answers what the test says. These test our coordination: which server is parked, what
+of the balancer's handle, and the servers' liveness (``liveness.dead_replicas``, on a real Ray in
+test_watchdog_ray.py) answers what the test says. These test our coordination: which server is parked, what
 the error names, that a wait is given up on. Real runs, verl's agent loop and trainers: tests/e2e/
 test_shared_rollout_v0_e2e.py (a server killed mid-generation) and test_shared_rollout_e2e.py (the v1 trainer: one
 that dies, one that hangs; --extended).
@@ -23,7 +23,7 @@ if not compat.verl_in(compat.SHARED_ROLLOUT):
     pytest.skip("shared rollout is built on verl 0.9's load balancer and managers", allow_module_level=True)
 
 from verl_split.runtime.shared_rollout import balancer as balancer_module  # noqa: E402
-from verl_split.runtime.shared_rollout import both_pools, watchdog  # noqa: E402
+from verl_split.runtime.shared_rollout import both_pools, liveness, watchdog  # noqa: E402
 from verl_split.runtime.shared_rollout.balancer import SharedRolloutBalancer  # noqa: E402
 from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError  # noqa: E402
 
@@ -116,7 +116,7 @@ def watched(monkeypatch):
     """A watch over one actor-pool replica (0) and one critic-pool replica (1); ``dead`` is what the probe finds."""
     monkeypatch.setattr(both_pools.ray, "get", lambda value, **_: value)  # the fake handle answers directly
     dead: list[int] = []
-    monkeypatch.setattr(both_pools, "dead_replicas", lambda replicas, timeout_s: [r for r in dead])
+    monkeypatch.setattr(liveness, "dead_replicas", lambda replicas, timeout_s: [r for r in dead])
     handle = FakeBalancerHandle()
     manager = SimpleNamespace(
         hybrid=SimpleNamespace(replicas=[replica(0)]),
@@ -152,7 +152,7 @@ def test_a_generation_that_fails_on_a_dead_server_is_named_and_the_server_parked
     with pytest.raises(SharedRolloutError) as error:
         watched.watch.run(generation)
     message = str(error.value)
-    assert "the rollout server of replica 1 (critic pool) died (its server does not answer)" in message
+    assert "the rollout server of replica 1 (critic pool) died (Ray records its server's actor as dead)" in message
     assert "It is parked" in message and "resume from the last checkpoint" in message
     assert isinstance(error.value.__cause__, RuntimeError)  # Ray's error stays attached
     assert watched.balancer.parked == [["server-1"]]

@@ -46,10 +46,10 @@ def stand_in():
 @pytest.fixture(scope="module")
 def started(stand_in):
     """Three servers on weights 7 and the balancer, started once (each a Ray worker importing verl: seconds)."""
-    from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
+    from verl_split.runtime.shared_rollout.balancer import actor_class
 
     servers = {n: stand_in.StandInDecodeServer.remote(n, scale=0.1, version=7) for n in [*HYBRID, *SHARED]}
-    balancer = ray.remote(SharedRolloutBalancer).options(max_concurrency=MAX_CONCURRENCY).remote(servers=servers)
+    balancer = actor_class().remote(servers=servers)
     return servers, balancer
 
 

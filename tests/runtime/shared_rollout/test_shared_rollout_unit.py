@@ -18,7 +18,7 @@ from verl_split.core import compat
 if not compat.verl_in(compat.SHARED_ROLLOUT):
     pytest.skip("shared rollout is built on verl 0.9's load balancer and managers", allow_module_level=True)
 
-from verl_split.runtime.shared_rollout import both_pools  # noqa: E402
+from verl_split.runtime.shared_rollout import both_pools, liveness  # noqa: E402
 from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager, SharedRolloutError  # noqa: E402
 
 pytestmark = pytest.mark.unit
@@ -206,13 +206,14 @@ def test_under_a_custom_router_the_share_is_not_measured(both):
     assert both_pools.SHARE_METRIC not in (getattr(both.trainer, "_pending_sync_metrics", None) or {})
 
 
-# --------------------------------------------------------------------------- dead replicas, probed at once
+# --------------------------------------------------------------------------- dead replicas, from Ray's actor table
 
 
 class FakeServer:
     """A rollout server's actor handle: ``__ray_ready__.remote()`` gives a ref named after the server."""
 
     def __init__(self, name: str, sent: list[str]) -> None:
+        self.name = name
         self.__ray_ready__ = SimpleNamespace(remote=lambda: (sent.append(name), name)[1])
 
 
@@ -225,32 +226,65 @@ def fake_replicas(*servers_per_replica: tuple[str, ...]) -> tuple[list, list[str
     return replicas, sent
 
 
-def test_every_server_is_probed_before_one_wait_with_one_deadline():
-    # Fakes of Ray's refs and of ray.wait / ray.get: 40 replicas, one never answers, one's actor died (its
-    # ref is ready with an error). The real probe of hanging servers on a local Ray is test_dead_replicas_ray.py.
+def test_dead_is_what_rays_table_records_and_an_unreadable_one_is_probed_once_for_all():
+    """Fakes of the table and of ray.wait / ray.get (our decision rule); the real table and a real saturated actor:
+    test_watchdog_ray.py. Of the servers whose state cannot be read, only one whose actor Ray says died is dead: one
+    that does not answer in time, or is unreachable for now, or fails otherwise, is alive as far as anyone knows."""
+    from ray.exceptions import ActorDiedError, ActorUnavailableError
+
     replicas, sent = fake_replicas(*[(f"r{i}a", f"r{i}b") for i in range(40)])
+    table = {"r3a": "DEAD", "r5b": "RESTARTING", "r6a": "PENDING_CREATION"}
+    unreadable = {"r7b", "r9a", "r11a", "r31a"}
+    errors = {
+        "r31a": ActorDiedError(),
+        "r9a": ActorUnavailableError("node unreachable", None),
+        "r11a": RuntimeError("a failure of the call, not of the actor"),
+    }
     waits = []
 
+    def state_of(server):
+        return None if server.name in unreadable else table.get(server.name, "ALIVE")
+
     def wait(refs, num_returns, timeout):
-        waits.append((len(sent), len(refs), num_returns, timeout))
-        return [r for r in refs if r != "r7b"], ["r7b"]
+        waits.append((sorted(refs), num_returns, timeout))
+        return [r for r in refs if r != "r7b"], ["r7b"]  # r7b: busy, no answer within the deadline
 
     def get(ref, timeout):
         assert timeout == 0  # only refs already answered are read
-        if ref == "r31a":
-            raise RuntimeError("ActorDiedError")
+        if ref in errors:
+            raise errors[ref]
 
-    assert both_pools.dead_replicas(replicas, 10.0, wait=wait, get=get) == [7, 31]
-    assert waits == [(80, 80, 80, 10.0)]  # every probe sent first, then one wait for all of them
+    assert liveness.dead_replicas(replicas, 10.0, state_of=state_of, wait=wait, get=get) == [3, 31]
+    assert sorted(sent) == sorted(unreadable)  # the table answered for the rest: no call queued behind requests
+    assert waits == [(sorted(unreadable), 4, 10.0)]  # every probe sent first, then one wait for all of them
 
 
-def test_a_replica_whose_handle_cannot_send_is_dead_and_no_servers_means_no_wait():
-    replicas, _ = fake_replicas(("a",), ("b",))
-    replicas[0].servers = [SimpleNamespace(__ray_ready__=SimpleNamespace(remote=lambda: 1 / 0))]
-    assert both_pools.dead_replicas(
-        replicas, 1.0, wait=lambda refs, **_: (list(refs), []), get=lambda *a, **k: None
+def test_a_handle_that_cannot_send_is_dead_only_if_ray_says_so_and_a_readable_table_means_no_wait():
+    from ray.exceptions import ActorDiedError
+
+    replicas, _ = fake_replicas(("a",), ("b",), ("c",))
+
+    def refuse(error):
+        def remote():
+            raise error
+
+        return SimpleNamespace(name="x", __ray_ready__=SimpleNamespace(remote=remote))
+
+    replicas[0].servers = [refuse(ActorDiedError())]
+    replicas[1].servers = [refuse(ZeroDivisionError())]
+    assert liveness.dead_replicas(
+        replicas,
+        1.0,
+        state_of=lambda server: None if server.name == "x" else "ALIVE",
+        wait=lambda refs, **_: pytest.fail("nothing was sent"),
     ) == [0]
-    assert both_pools.dead_replicas([], wait=lambda *a, **k: pytest.fail("no probe, no wait")) == []
+    no_wait = {"wait": lambda *a, **k: pytest.fail("the table answered: no probe, no wait")}
+    assert liveness.dead_replicas(replicas[2:], state_of=lambda server: "ALIVE", **no_wait) == []
+    assert liveness.dead_replicas([], **no_wait) == []
+
+
+def test_the_actor_state_of_a_handle_ray_cannot_look_up_is_unknown():
+    assert liveness.actor_state(SimpleNamespace()) is None  # no actor id: the caller probes instead
 
 
 # --------------------------------------------------------------------------- what the coordinator reads of the job

@@ -25,6 +25,13 @@ coroutines; verl's clients await the first and send the second without waiting,
 ``verl/workers/rollout/llm_server.py`` ``LLMServerClient``), with room for every waiting request
 (``MAX_CONCURRENCY``): a release must never queue behind the acquires it would free. Times are the
 balancer's own clock (``time.monotonic``), reported as durations.
+
+The trainer's own calls (the late join's decision and opening, the step's accounts, the watchdog's reads and
+parking) run in a concurrency group of their own (``CONTROL``, declared where the actor class is made,
+``actor_class``): Ray gives an async actor's group its own thread and event loop, so they answer while every request
+slot is taken and thousands of acquires wait in the default group. Both threads touch the routing state, so every
+read or change of it holds ``_lock`` (never across an await), and a slot handed out from the control thread reaches
+its waiting acquire on the request loop (``_deliver``).
 """
 
 from __future__ import annotations
@@ -32,9 +39,12 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import threading
 import time
 from collections import Counter
 from typing import Any
+
+import ray
 
 # verl 0.9.1 moved the balancer to verl/workers/rollout/router.py (PR 7115) and re-exports it here
 # (an import at llm_server.py's top); 0.9.0 and main@1dda039 define it here. Both keep its state in
@@ -51,6 +61,9 @@ VerlBalancer: type = getattr(GlobalRequestLoadBalancer, "__ray_actor_class__", G
 
 #: Concurrent calls the balancer actor takes: every request of a step may wait in acquire at once.
 MAX_CONCURRENCY = 100_000
+#: The concurrency group of the trainer's calls, apart from request traffic (module docstring); one at a time.
+CONTROL = "control"
+control = ray.method(concurrency_group=CONTROL)
 
 
 class SharedRolloutBalancer(VerlBalancer):
@@ -58,6 +71,8 @@ class SharedRolloutBalancer(VerlBalancer):
 
     def __init__(self, *args: Any, admission_order: str = LONGEST_FIRST, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: Held by every read or change of the routing state: the control group's thread and the request loop's.
+        self._lock = threading.Lock()
         self._routed: Counter[str] = Counter()
         self._parked: set[str] = set()
         self._caps: dict[str, int] = {}
@@ -88,106 +103,129 @@ class SharedRolloutBalancer(VerlBalancer):
         self._progress: dict[str, float] = {}
 
     # -- what the trainer's side sets, once per step ------------------------------------------------
+    @control
     def gate(self, parked: list[str], caps: dict[str, int]) -> None:
         """From now on route nothing to ``parked`` and at most ``caps[server]`` requests at once to each server."""
-        self._parked, self._caps = set(parked), dict(caps)
-        self._opened_after = None
+        with self._lock:
+            self._parked, self._caps = set(parked), dict(caps)
+            self._opened_after = None
 
+    @control
     async def open(self, servers: list[str]) -> None:
         """Unpark ``servers``: queued requests may go there now."""
-        self._parked -= set(servers)
-        if self._opened_after is None:  # opened before the step's first request: there from the start
-            self._opened_after = 0.0 if self._first_acquire is None else time.monotonic() - self._first_acquire
-        self._hand_out()
+        with self._lock:
+            self._parked -= set(servers)
+            if self._opened_after is None:  # opened before the step's first request: there from the start
+                self._opened_after = 0.0 if self._first_acquire is None else time.monotonic() - self._first_acquire
+            self._hand_out()
 
+    @control
     async def lift_caps(self) -> None:
         """No cap on any server; parked servers stay parked (a critic pool that sits the step out sleeps on)."""
-        self._caps = {}
-        self._hand_out()
+        with self._lock:
+            self._caps = {}
+            self._hand_out()
 
+    @control
     async def ungate(self) -> None:
         """Every server open, no cap: verl's own routing again (the queue drains at once)."""
-        self._parked, self._caps = set(), {}
-        self._hand_out()
+        with self._lock:
+            self._parked, self._caps = set(), {}
+            self._hand_out()
 
+    @control
     def park_dead(self, servers: list[str]) -> None:
         """Route nothing more to ``servers`` (found dead or hung), in every step from now on."""
-        self._dead |= set(servers)
+        with self._lock:
+            self._dead |= set(servers)
 
+    @control
     def stalled(self, limit_s: float) -> dict[str, dict[str, float]]:
         """The servers that hold requests and have ended none for more than ``limit_s`` seconds: for each, the
         requests it holds and the seconds since it last ended one (or took its first)."""
-        now = time.monotonic()
-        return {
-            sid: {"in_flight": n, "idle_s": now - self._progress[sid]}
-            for sid, n in self._inflight_requests.items()
-            if n > 0 and sid in self._progress and now - self._progress[sid] > limit_s
-        }
+        with self._lock:
+            now = time.monotonic()
+            return {
+                sid: {"in_flight": n, "idle_s": now - self._progress[sid]}
+                for sid, n in self._inflight_requests.items()
+                if n > 0 and sid in self._progress and now - self._progress[sid] > limit_s
+            }
 
+    @control
     def running_requests(self) -> tuple[dict[str, tuple[str, float]], dict[str, int]]:
         """Per running request its server and start, and per server its requests in flight: what the migration
         chooses from (``migration.py``)."""
-        running = {r: (self.ledger.server_of(r), t) for r, t in self.ledger.running().items()}
-        return running, dict(self._inflight_requests)
+        with self._lock:
+            running = {r: (self.ledger.server_of(r), t) for r, t in self.ledger.running().items()}
+            return running, dict(self._inflight_requests)
 
+    @control
     def pin(self, targets: dict[str, str]) -> None:
         """Send each request's next acquire to the server given (a migration's move: its resume goes there)."""
-        for request_id, server in targets.items():
-            self._request_id_to_server[request_id] = server
-            self._moved.add(request_id)
+        with self._lock:
+            for request_id, server in targets.items():
+                self._request_id_to_server[request_id] = server
+                self._moved.add(request_id)
 
+    @control
     def progress(self) -> dict[str, Any]:
         """The step so far, for the late join's decision (``late_join.join_pays``): requests routed, ended and
         queued, seconds since the step's first request (None before it), and the recent rate: requests ended
         recently over the seconds they ended in (``late_join.recent_releases``)."""
-        now = time.monotonic()
-        since = None if self._first_acquire is None else now - self._first_acquire
-        recent, recent_s = recent_releases(self._release_times, now, since)
-        return {
-            "routed": sum(self._routed.values()),
-            "released": len(self._release_times),
-            "queued": len(self._waiting),
-            "since_first_s": since,
-            "recent_released": recent,
-            "recent_s": recent_s,
-        }
+        with self._lock:
+            now = time.monotonic()
+            since = None if self._first_acquire is None else now - self._first_acquire
+            recent, recent_s = recent_releases(self._release_times, now, since)
+            return {
+                "routed": sum(self._routed.values()),
+                "released": len(self._release_times),
+                "queued": len(self._waiting),
+                "since_first_s": since,
+                "recent_released": recent,
+                "recent_s": recent_s,
+            }
 
+    @control
     def take_step(self) -> dict[str, Any]:
         """What happened since the last call: requests per server, and the step's timing in seconds."""
-        routed, self._routed = dict(self._routed), Counter()
-        wall = None
-        if self._first_acquire is not None and self._last_release is not None:
-            wall = max(self._last_release - self._first_acquire, 0.0)
-        floor = self.ledger.floor()
-        step = {
-            "routed": routed,
-            "generation_s": wall,
-            "opened_after_s": self._opened_after,
-            "own_s": self._own_s,
-            "floor": None if floor is None else floor.metrics(),
-        }
-        self._first_acquire = self._last_release = self._opened_after = None
-        self.ledger = StepLedger()
-        self._release_times = []
-        self._own_s = 0.0
-        return step
+        with self._lock:
+            routed, self._routed = dict(self._routed), Counter()
+            wall = None
+            if self._first_acquire is not None and self._last_release is not None:
+                wall = max(self._last_release - self._first_acquire, 0.0)
+            floor = self.ledger.floor()
+            step = {
+                "routed": routed,
+                "generation_s": wall,
+                "opened_after_s": self._opened_after,
+                "own_s": self._own_s,
+                "floor": None if floor is None else floor.metrics(),
+            }
+            self._first_acquire = self._last_release = self._opened_after = None
+            self.ledger = StepLedger()
+            self._release_times = []
+            self._own_s = 0.0
+            return step
 
+    @control
     def take_routed(self) -> dict[str, int]:
         """Requests routed per server since the last call, forgotten with the timing they started (a validation
         pass's). A critic pool that opened meanwhile is there from the next request on: it joined at 0 s."""
-        routed, self._routed = dict(self._routed), Counter()
-        self._first_acquire = self._last_release = None
-        self._release_times = []
-        self.ledger = StepLedger()
-        if self._opened_after is not None:
-            self._opened_after = 0.0
-        return routed
+        with self._lock:
+            routed, self._routed = dict(self._routed), Counter()
+            self._first_acquire = self._last_release = None
+            self._release_times = []
+            self.ledger = StepLedger()
+            if self._opened_after is not None:
+                self._opened_after = 0.0
+            return routed
 
     def learn_lengths(self, lengths: list[tuple[list[int], float]]) -> None:
         """Teach the admission order the lengths of prompts (each prompt's tokens and its length): a previous
         run's, so that its first step is ordered too (the control-plane benchmark's last epoch)."""
-        for prompt_ids, length in lengths:
-            self._waiting.predictor.finished(prompt_key({"prompt_ids": prompt_ids}), length)
+        with self._lock:
+            for prompt_ids, length in lengths:
+                self._waiting.predictor.finished(prompt_key({"prompt_ids": prompt_ids}), length)
 
     # -- verl's clients ------------------------------------------------------------------------
     def require_acquire_fields(self) -> list[str]:
@@ -201,30 +239,37 @@ class SharedRolloutBalancer(VerlBalancer):
 
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
         key = prompt_key(extra)
-        if key is not None:
-            self._prompt_keys[request_id] = key
-        if not self._parked and not self._caps and not self._dead:
-            server_id, handle = super().acquire_server(request_id)
-        else:
-            started = time.thread_time()
-            chosen = self._choose(request_id, queued_ahead=bool(self._waiting))
-            if chosen is None:
-                waiter: asyncio.Future = asyncio.get_running_loop().create_future()
-                self._waiting.append(request_id, waiter, key)
+        waiter: asyncio.Future | None = None
+        with self._lock:
+            if key is not None:
+                self._prompt_keys[request_id] = key
+            if not self._parked and not self._caps and not self._dead:
+                chosen = super().acquire_server(request_id)
+            else:
+                started = time.thread_time()
+                chosen = self._choose(request_id, queued_ahead=bool(self._waiting))
+                if chosen is None:
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._waiting.append(request_id, waiter, key)
+                # else: room now and nobody queued before it, or a conversation's next turn
                 self._own_s += time.thread_time() - started
-                chosen = await waiter  # handed a slot by _hand_out, in admission order
-            else:  # room now and nobody queued before it, or a conversation's next turn
-                self._own_s += time.thread_time() - started
-            server_id, handle = chosen
-        if self._first_acquire is None:
-            self._first_acquire = time.monotonic()
-        if self._inflight_requests[server_id] == 1:  # it held none: its time without ending one starts now
-            self._progress[server_id] = time.monotonic()
-        self._routed[server_id] += 1
-        self.ledger.started(request_id, server_id, time.monotonic())
+        if waiter is not None:
+            chosen = await waiter  # handed a slot by _hand_out, in admission order
+        server_id, handle = chosen
+        with self._lock:
+            if self._first_acquire is None:
+                self._first_acquire = time.monotonic()
+            if self._inflight_requests[server_id] == 1:  # it held none: its time without ending one starts now
+                self._progress[server_id] = time.monotonic()
+            self._routed[server_id] += 1
+            self.ledger.started(request_id, server_id, time.monotonic())
         return server_id, handle
 
     async def release_server(self, server_id: str, **extra: Any) -> None:
+        with self._lock:
+            self._release(server_id, extra)
+
+    def _release(self, server_id: str, extra: dict[str, Any]) -> None:
         # verl 0.9.0's takes the server alone, 0.9.1's also a request id it ignores.
         VerlBalancer.release_server(self, server_id)
         self._last_release = self._progress[server_id] = time.monotonic()
@@ -245,7 +290,8 @@ class SharedRolloutBalancer(VerlBalancer):
     # -- gated routing -------------------------------------------------------------------------
     def _hand_out(self, at_most: int | None = None) -> None:
         """Give the queued requests, first come first served, the slots there are now (``at_most`` of them); stop
-        at the first that finds none. So a release costs O(servers), not O(queued x servers)."""
+        at the first that finds none. So a release costs O(servers), not O(queued x servers). Called holding
+        ``_lock``."""
         started = time.thread_time()
         try:
             self._hand_out_now(at_most)
@@ -262,8 +308,31 @@ class SharedRolloutBalancer(VerlBalancer):
             if (chosen := self._choose(request_id)) is None:
                 return
             self._waiting.popleft()
-            waiter.set_result(chosen)
+            self._deliver(waiter, chosen)
             handed += 1
+
+    def _deliver(self, waiter: asyncio.Future, chosen: tuple[str, Any]) -> None:
+        """Hand ``chosen`` (its slot counted already) to the acquire awaiting ``waiter``: at once on the request loop,
+        through it from the control group's thread (an asyncio future is not thread-safe)."""
+        loop = waiter.get_loop()
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:  # a plain method on the control group's thread: no loop running there
+            here = None
+        if here is loop:
+            waiter.set_result(chosen)
+        else:
+            loop.call_soon_threadsafe(self._settle, waiter, chosen)
+
+    def _settle(self, waiter: asyncio.Future, chosen: tuple[str, Any]) -> None:
+        """On the request loop: the slot handed from the control thread, or back to the queue if its client gave up
+        meanwhile (its acquire cancelled: nobody would release the slot)."""
+        if not waiter.cancelled():
+            waiter.set_result(chosen)
+            return
+        with self._lock:
+            VerlBalancer.release_server(self, chosen[0])
+            self._hand_out(at_most=1)
 
     def _choose(self, request_id: str, queued_ahead: bool = False) -> tuple[str, Any] | None:
         """verl's sticky + least-loaded choice among the open servers with room; None: wait (``queued_ahead``:
@@ -292,6 +361,12 @@ class SharedRolloutBalancer(VerlBalancer):
         self._request_id_to_server[request_id] = server_id
         self._inflight_requests[server_id] += 1
         return server_id, self._servers[server_id]
+
+
+def actor_class() -> Any:
+    """The Ray actor class a run starts the balancer as (``actor_class().remote(servers=...)``): Ray takes concurrency
+    groups only here, not in ``.options()``, and refuses a method of a group the actor lacks."""
+    return ray.remote(max_concurrency=MAX_CONCURRENCY, concurrency_groups={CONTROL: 1})(SharedRolloutBalancer)
 
 
 def prompt_key(extra: dict[str, Any]) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -30,6 +30,7 @@ from verl_split.runtime.shared_rollout.late_join import (
     every_rank_done,
     join_pays,
 )
+from verl_split.runtime.shared_rollout.liveness import dead_replicas
 
 SHARE_METRIC = names.CRITIC_POOL_ROLLOUT_SHARE
 SYNC_METRIC = names.SHARED_ROLLOUT_SYNC_S
@@ -327,44 +328,6 @@ class BothPoolsCheckpointManager:
     def resume_kv_cache_replicas(self) -> None:
         self.hybrid.resume_kv_cache_replicas()
         self._on_shared("restoring the KV cache", self.shared.resume_kv_cache_replicas)
-
-
-def dead_replicas(
-    replicas: list[Any],
-    timeout_s: float = 10.0,
-    *,
-    wait: Callable[..., tuple[list[Any], list[Any]]] = ray.wait,
-    get: Callable[..., Any] = ray.get,
-) -> list[int]:
-    """Ranks of the replicas with a server that does not answer within ``timeout_s``, all probed at once.
-
-    One probe per server, every probe sent before any is waited for, and one deadline for them all: a
-    run with 32+ replicas learns which died in one timeout, not one timeout per replica. A server whose
-    actor died answers at once, with an error; one that hangs is the one the deadline catches.
-    """
-    probes: list[tuple[int, Any]] = []
-    dead: set[int] = set()
-    for replica in replicas:
-        try:
-            probes.extend((replica.replica_rank, server.__ray_ready__.remote()) for server in replica.servers)
-        except Exception:  # a handle that cannot even send
-            dead.add(replica.replica_rank)
-    refs = [ref for _, ref in probes]
-    answered: list[Any] = []
-    if refs:
-        answered, _ = wait(refs, num_returns=len(refs), timeout=timeout_s)
-    ready = set(answered)
-    for rank, ref in probes:
-        if rank in dead:
-            continue
-        if ref not in ready:
-            dead.add(rank)
-            continue
-        try:
-            get(ref, timeout=0)
-        except Exception:
-            dead.add(rank)
-    return [replica.replica_rank for replica in replicas if replica.replica_rank in dead]
 
 
 def sit_out_at_floor(floor_metrics: dict[str, float] | None, requests: int) -> JoinForecast | None:

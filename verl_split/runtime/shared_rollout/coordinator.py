@@ -60,7 +60,7 @@ from verl_split.placement import Job
 from verl_split.placement.job_config import trainer_job
 from verl_split.runtime.placement.nodes import announce
 from verl_split.runtime.shared_rollout import watchdog
-from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, SharedRolloutBalancer
+from verl_split.runtime.shared_rollout.balancer import actor_class as balancer_actor_class
 from verl_split.runtime.shared_rollout.both_pools import BothPoolsCheckpointManager
 
 #: The weight-transfer engine for replicas on other GPUs when the config leaves verl's ``naive``.
@@ -107,10 +107,8 @@ def _route_to_all(manager: Any, replicas: list[Any], job: Job) -> Any | None:
         # llm_server.py on 0.9.0 and 0.8.0): the value verl passes. full_determinism only when set: 0.8.0's
         # balancer takes no such argument (its __init__, llm_server.py) and its rollout config has no such key.
         determinism = {"full_determinism": True} if job.rollout.full_determinism else {}
-        balancer = (
-            ray.remote(SharedRolloutBalancer)
-            .options(max_concurrency=MAX_CONCURRENCY)
-            .remote(servers=servers, admission_order=settings.current().tail, **determinism)
+        balancer = balancer_actor_class().remote(
+            servers=servers, admission_order=settings.current().tail, **determinism
         )
         previous, manager.global_load_balancer = manager.global_load_balancer, balancer
         # Nothing holds it yet: v1 hands out clients after the trainer's _setup, v0 right after this (start).
