@@ -22,7 +22,15 @@ import sys
 import pytest
 from support.paths import ROOT
 
-pytestmark = [pytest.mark.subprocess, pytest.mark.ray, pytest.mark.timeout(180)]
+#: Not in the default suite: four Ray workers each importing verl take minutes on two busy cores (a fresh clone's CI
+#: run passed 180 s here), and migrate on join is not switched on in training runs; its choice, version check and
+#: pinning run in the unit tier (test_migration.py). make test-extended runs it.
+pytestmark = [
+    pytest.mark.subprocess,
+    pytest.mark.ray,
+    pytest.mark.timeout(600),
+    pytest.mark.extended(reason="four Ray workers importing verl: minutes on 2 cores; the logic: test_migration.py"),
+]
 
 ray = pytest.importorskip("ray")
 
