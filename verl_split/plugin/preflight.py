@@ -85,6 +85,12 @@ FEATURES: dict[str, Feature] = {
             "leave defer_critic out of VERL_SPLIT_OVERLAP (e.g. VERL_SPLIT_OVERLAP=updates,prep)",
         ),
         Feature(
+            "stream_values",
+            "streamed values",
+            lambda s: s.enabled and s.stream_values,
+            "set VERL_SPLIT_STREAM_VALUES=off to value the batch after generation",
+        ),
+        Feature(
             "shared_rollout",
             "shared rollout",
             lambda s: s.enabled and s.shared_rollout,

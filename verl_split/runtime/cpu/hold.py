@@ -65,6 +65,11 @@ def _servers() -> list:
     return [ray.get_actor(n) for n in sorted(names)]
 
 
+def server_count() -> int:
+    """How many CPU rollout servers the run has (each answers its first N requests)."""
+    return len(_servers())
+
+
 def arm_all() -> None:
     """Before a step's generation: every CPU server answers its first N requests, then holds (N from the setting)."""
     count = settings.current().cpu_hold_after

@@ -17,6 +17,7 @@ _PREP = _OVERLAP + "prep_hooks:"
 _DEFER = _OVERLAP + "deferral_hooks:"
 _LEGACY = _OVERLAP + "legacy:"
 _ADAPTERS = _OVERLAP + "trainers:"
+_STREAM = _OVERLAP + "stream_values_v1:"
 V1 = "verl.trainer.ppo.v1.trainer_base"
 V0 = "verl.trainer.ppo.ray_trainer"
 _V1 = "PPOTrainer."  # verl/trainer/ppo/v1/trainer_base.py
@@ -215,5 +216,38 @@ SEAMS: tuple[Seam, ...] = (
         compat.V1_TRAINER,
         needs=("kv_clear(keys@0, partition_id@1)",),
         wraps=(Wrap("kv_clear", _DEFER + "wrap_kv_clear"),),
+    ),
+    # Values streamed into generation's tail (v1, sync mode): the lane starts where the step's prompts are submitted;
+    # generation ends at on_sample_end; the stock values call sees the critic through stream_values_v1's proxy.
+    Seam(
+        "stream_values_v1",
+        V1,
+        "split",
+        "stream_values",
+        compat.V1_TRAINER,
+        needs=(
+            f"{_V1}prepare_step",
+            f"{_V1}step",
+            f"{_V1}_step_once",
+            f"{_V1}_compute_values(batch@0, metrics@1)",
+            f"{_V1}critic_wg",
+            f"{_V1}use_critic",
+            f"?{_V1}trainer_mode",
+            f"?{_V1}parameter_sync_step",
+            "transfer_queue:kv_list(partition_id)",
+            "transfer_queue:KVBatchMeta(keys, tags, partition_id, fields, extra_info)",
+            "verl.utils.config:omega_conf_to_dataclass",
+            "verl.workers.engine_workers:TrainingWorker.infer_batch",
+        ),
+        wraps=(Wrap("PPOTrainer.prepare_step", _STREAM + "make_prepare_step_wrapper", adapter=_ADAPTERS + "V1Prep"),),
+    ),
+    Seam(
+        "stream_values_v1_sync",
+        "verl.trainer.ppo.v1.trainer_sync",
+        "split",
+        "stream_values",
+        compat.V1_TRAINER,
+        needs=("PPOTrainerSync.on_sample_end",),
+        wraps=(Wrap("PPOTrainerSync.on_sample_end", _STREAM + "wrap_on_sample_end"),),
     ),
 )
