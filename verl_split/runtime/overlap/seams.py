@@ -217,8 +217,9 @@ SEAMS: tuple[Seam, ...] = (
         needs=("kv_clear(keys@0, partition_id@1)",),
         wraps=(Wrap("kv_clear", _DEFER + "wrap_kv_clear"),),
     ),
-    # Values streamed into generation's tail (v1, sync mode): the lane starts where the step's prompts are submitted;
-    # generation ends at on_sample_end; the stock values call sees the critic through stream_values_v1's proxy.
+    # Values streamed into generation's tail (v1, sync mode): the lane starts where the step's prompts are
+    # submitted; generation ends when the replay buffer's sample returns; the stock values call sees the critic
+    # through stream_values_v1's proxy.
     Seam(
         "stream_values_v1",
         V1,
@@ -242,12 +243,12 @@ SEAMS: tuple[Seam, ...] = (
         wraps=(Wrap("PPOTrainer.prepare_step", _STREAM + "make_prepare_step_wrapper", adapter=_ADAPTERS + "V1Prep"),),
     ),
     Seam(
-        "stream_values_v1_sync",
-        "verl.trainer.ppo.v1.trainer_sync",
+        "stream_values_v1_sample",
+        "verl.trainer.ppo.v1.replay_buffer",
         "split",
         "stream_values",
         compat.V1_TRAINER,
-        needs=("PPOTrainerSync.on_sample_end",),
-        wraps=(Wrap("PPOTrainerSync.on_sample_end", _STREAM + "wrap_on_sample_end"),),
+        needs=("ReplayBuffer.sample(global_steps@0, partition_id@1, batch_size@2)",),
+        wraps=(Wrap("ReplayBuffer.sample", _STREAM + "wrap_sample"),),
     ),
 )

@@ -11,8 +11,8 @@ v1 shows each finished trajectory before the batch is sampled: the agent loop pu
    lists the step's finished trajectories, values them in micro-batches on the critic's pool
    (``critic_wg.infer_batch`` on their keys; the workers write the raw ``values`` into TransferQueue, as for
    the stock call) and, once it has valued every finished sample it can see, releases the forced tail.
-2. ``PPOTrainerSync.on_sample_end`` (generation is over): the step's coverage is fixed; a failed stream is
-   raised here, naming the critic's pool.
+2. ``ReplayBuffer.sample`` returns (generation is over): the step's coverage is fixed; a failed stream is
+   raised here, on the trainer's thread, naming the critic's pool.
 3. The stock ``_compute_values`` (on the preparation's values lane, or on the trainer's thread) sees the
    critic's worker group through ``StreamedCriticGroup``: its ``infer_batch`` stops the lane, waits for its
    last micro-batch and dispatches only the samples not yet valued. Stock then reads every sample's values
@@ -37,6 +37,7 @@ import wrapt
 
 from verl_split.core import log, settings
 from verl_split.placement.job_config import trainer_job
+from verl_split.plugin.args import get_argument
 from verl_split.runtime.cpu import hold
 from verl_split.runtime.overlap import deferral, lanes
 from verl_split.runtime.overlap.stream_values import StreamStep, plan_chunk, stepped_aside, why_not_exact
@@ -44,8 +45,6 @@ from verl_split.runtime.overlap.trainers import defining_class
 
 logger = logging.getLogger("verl_split.stream_values")
 
-#: The trainer's attribute holding the step's stream, from prepare_step to the values call.
-STEP_ATTR = "_verl_split_stream"
 #: Seconds between two looks at TransferQueue for newly finished samples (one call to its controller).
 POLL_S = 0.2
 #: The forced tail (VERL_SPLIT_CPU_HOLD_AFTER) is released once the lane has valued what the servers answered;
@@ -78,7 +77,12 @@ def why_not_stream(trainer: Any, adapter: Any) -> str:
         if owner is not adapter.trainer_class:
             who = owner.__name__ if owner else type(trainer).__name__
             return f"{who} overrides {method}() (a trainer with its own loop)"
-    if getattr(getattr(trainer, "replay_buffer", None), "filter_groups_metric", None) is not None:
+    replay_buffer = getattr(trainer, "replay_buffer", None)
+    sampler = defining_class(type(replay_buffer), "sample")
+    if replay_buffer is not None and (sampler is None or sampler.__qualname__ != "ReplayBuffer"):
+        who = sampler.__name__ if sampler else type(replay_buffer).__name__
+        return f"the replay buffer's sample() is {who}'s (trainer.v1.sampler.custom_sampler), not verl's sync one"
+    if getattr(replay_buffer, "filter_groups_metric", None) is not None:
         return "dynamic sampling (DAPO's filter_groups) discards and refills groups while they generate"
     if _shared_rollout(trainer):
         return "with shared rollout the critic pool's own servers generate"
@@ -224,7 +228,6 @@ class StreamedCriticGroup(wrapt.ObjectProxy):
         trainer, lane = self._self_trainer, self._self_lane
         if vars(trainer).get("critic_wg") is self:
             trainer.critic_wg = self.__wrapped__  # one values call per step
-        vars(trainer).pop(STEP_ATTR, None)
         started = time.monotonic()
         if lane is None:
             output = self.__wrapped__.infer_batch(batch, *args, **kwargs)
@@ -233,7 +236,7 @@ class StreamedCriticGroup(wrapt.ObjectProxy):
             return output
         stream = lane.stream
         lane.stop()
-        stream.generation_ended()  # a trainer without on_sample_end's seam: generation is over by now
+        stream.generation_ended()  # already, unless sample() was not the stock one
         if stream.failure is not None:
             raise stream.failure_error()
         differs = _flags_differ(lane.extra_info, batch.extra_info or {})
@@ -291,11 +294,17 @@ def _restore(trainer: Any) -> None:
         trainer.critic_wg = group.__wrapped__
 
 
+#: The lane of the step under way (one trainer per TaskRunner process).
+_current: ValuesLane | None = None
+
+
 def make_prepare_step_wrapper(adapter: Any) -> Callable[..., Any]:
     """For v1's ``PPOTrainer.prepare_step``: arm the forced tail, submit the step, start the lane."""
 
     def _wrap_prepare_step(wrapped, trainer, args, kwargs):
+        global _current
         _restore(trainer)
+        _current = None
         if not getattr(trainer, "use_critic", False):
             lanes.hand_over_metrics(trainer, stepped_aside("this run has no critic (e.g. GRPO)"))
             return wrapped(*args, **kwargs)
@@ -315,19 +324,20 @@ def make_prepare_step_wrapper(adapter: Any) -> Callable[..., Any]:
             hold.release_all()
             raise
         trainer.critic_wg = StreamedCriticGroup(trainer.critic_wg, trainer, lane)
-        vars(trainer)[STEP_ATTR] = lane
+        _current = lane
         lane.start()
         return result
 
     return _wrap_prepare_step
 
 
-def wrap_on_sample_end(wrapped, trainer, args, kwargs):
-    """``PPOTrainerSync.on_sample_end``: generation is over; a stream that failed ends the run here."""
-    lane: ValuesLane | None = vars(trainer).get(STEP_ATTR)
-    if lane is not None:
+def wrap_sample(wrapped, replay_buffer, args, kwargs):
+    """``ReplayBuffer.sample`` (sync mode): it returns once the step's generation is over. The step's coverage is
+    fixed here, and a stream that failed ends the run here, on the trainer's thread, naming the critic's pool."""
+    result = wrapped(*args, **kwargs)
+    lane = _current
+    if lane is not None and get_argument(args, kwargs, 1, "partition_id", None) == "train":
         lane.stream.generation_ended()
         if lane.stream.failure is not None:
-            _restore(trainer)
             raise lane.stream.failure_error()
-    return wrapped(*args, **kwargs)
+    return result
