@@ -109,6 +109,14 @@ def _critic_engine(trainer: Any) -> Any:
     return engine
 
 
+def wait_for(output: Any) -> Any:
+    """Wait for a non-blocking worker-group call (verl's ``DataProtoFuture``: ``futures``), return it."""
+    import ray
+
+    ray.get(output.futures)
+    return output
+
+
 def _data_parallel(worker_group: Any) -> int:
     """The critic's data-parallel size on its ``train`` mesh, the one ``infer_batch`` dispatches over."""
     info = getattr(worker_group, "_dispatch_info", {}).get("train")
@@ -172,15 +180,13 @@ class ValuesLane:
         }
 
     def value(self, chunk: list[str], tags: dict[str, dict]) -> None:
-        import ray
         from transfer_queue import KVBatchMeta
 
         meta = KVBatchMeta(
             partition_id="train", keys=chunk, tags=[tags[k] for k in chunk], extra_info=dict(self.extra_info)
         )
         started = time.monotonic()
-        output = self.worker_group.infer_batch(meta)
-        ray.get(output.futures)
+        wait_for(self.worker_group.infer_batch(meta))
         self.stream.add(chunk, started, time.monotonic())
 
     def release_when_caught_up(self, finished: int, progress_at: float) -> None:
@@ -223,15 +229,12 @@ class StreamedCriticGroup(wrapt.ObjectProxy):
         self._self_reason = reason
 
     def infer_batch(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        import ray
-
         trainer, lane = self._self_trainer, self._self_lane
         if vars(trainer).get("critic_wg") is self:
             trainer.critic_wg = self.__wrapped__  # one values call per step
         started = time.monotonic()
         if lane is None:
-            output = self.__wrapped__.infer_batch(batch, *args, **kwargs)
-            ray.get(output.futures)
+            output = wait_for(self.__wrapped__.infer_batch(batch, *args, **kwargs))
             lanes.hand_over_metrics(trainer, stepped_aside(self._self_reason, time.monotonic() - started))
             return output
         stream = lane.stream
@@ -259,8 +262,7 @@ class StreamedCriticGroup(wrapt.ObjectProxy):
                 fields=None if batch.fields is None else list(batch.fields),
                 extra_info=dict(batch.extra_info or {}),
             )
-            output = self.__wrapped__.infer_batch(sub, *args, **kwargs)
-            ray.get(output.futures)
+            output = wait_for(self.__wrapped__.infer_batch(sub, *args, **kwargs))
         else:
             output = SimpleNamespace(futures=[])  # stock only waits for the futures
         stream.after_generation_s = time.monotonic() - started
