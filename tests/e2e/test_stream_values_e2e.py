@@ -1,0 +1,85 @@
+"""Values streamed into generation's tail, end to end: stock ``main_ppo`` on CPU with ``VERL_SPLIT=1``, verl's v1
+trainer, split placement (one logical GPU per pool).
+
+The tail is forced, not timed: ``VERL_SPLIT_CPU_HOLD_AFTER`` makes the CPU rollout server answer its first
+requests and hold the rest until the lane has valued those (``verl_split/runtime/cpu/hold.py``), so every step of
+the streamed run values some samples while the rest still generate, whatever the machine's load. The critic's
+forward runs one sample per micro-batch (the exactness gate, ``stream_values.why_not_exact``) in both runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.families import DEFAULT_TRAINER, FAMILY
+from test_overlap_e2e import final_weights, run_split
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(FAMILY != "0.9" or DEFAULT_TRAINER != "v1", reason="verl 0.9's v1 trainer streams values"),
+]
+
+#: The critic's values forward one sample at a time, not cut by tokens: where streaming is exact. Its training
+#: then needs a micro-batch size too (verl/workers/engine_workers.py TrainingWorker.train_mini_batch).
+PER_SAMPLE_CRITIC = [
+    "+critic.fsdp.use_dynamic_bsz=false",
+    "+critic.fsdp.infer_micro_batch_size_per_gpu=1",
+    "+critic.fsdp.micro_batch_size_per_gpu=2",
+]
+#: The server answers this many requests per step at once; the other 6 of the step's 8 wait for the lane.
+HOLD_AFTER = "2"
+STEPS = 2
+#: Losses and weights of two v1 runs: v1 assembles a step's samples in the order they finish, so sums over the
+#: batch may differ in their last bits between any two runs (test_overlap_e2e.test_overlap_changes_no_numbers).
+TOLERANCE, WEIGHT_TOLERANCE = 1e-5, 1e-3
+NUMBERS = (
+    "critic/values/mean",
+    "critic/values/max",
+    "critic/values/min",
+    "critic/advantages/mean",
+    "critic/returns/mean",
+    "critic/vf_loss",
+    "actor/pg_loss",
+    "actor/entropy",
+    "critic/score/mean",
+)
+
+
+@pytest.fixture(scope="module")
+def streamed_and_not(tiny_assets, tmp_path_factory):
+    runs = {}
+    for name, switch in (("streamed", "on"), ("unstreamed", "off")):
+        out = tmp_path_factory.mktemp(name)
+        extra = [*PER_SAMPLE_CRITIC, f"trainer.save_freq={STEPS}"]
+        env = {"VERL_SPLIT_STREAM_VALUES": switch, "VERL_SPLIT_CPU_HOLD_AFTER": HOLD_AFTER}
+        runs[name] = (out, run_split(tiny_assets, out, STEPS, extra, trainer="v1", **env))
+    return runs
+
+
+def test_values_stream_into_the_forced_tail(streamed_and_not):
+    _, run = streamed_and_not["streamed"]
+    run.assert_ok()
+    assert run.series("split/stream_values_off") == [0.0] * STEPS
+    coverage = run.series("split/stream_coverage")
+    assert len(coverage) == STEPS and all(c > 0 for c in coverage), coverage
+    assert all(s > 0 for s in run.series("split/stream_values_s"))
+    assert "Streamed values (step 1)" in run.log
+
+
+def test_streaming_changes_no_numbers(streamed_and_not):
+    (streamed_dir, streamed), (unstreamed_dir, unstreamed) = (
+        streamed_and_not["streamed"],
+        streamed_and_not["unstreamed"],
+    )
+    streamed.assert_ok()
+    unstreamed.assert_ok()
+    assert unstreamed.series("split/stream_values_off") == [1.0] * STEPS
+    assert "Values are not streamed into generation's tail: VERL_SPLIT_STREAM_VALUES is off." in unstreamed.log
+    for key in NUMBERS:
+        a, b = streamed.series(key), unstreamed.series(key)
+        assert len(a) == len(b) == STEPS, key
+        assert a == pytest.approx(b, rel=TOLERANCE, abs=TOLERANCE), key
+    for role in ("actor", "critic"):
+        a, b = final_weights(streamed_dir, role), final_weights(unstreamed_dir, role)
+        assert a.keys() == b.keys()
+        for name in a:
+            assert (a[name] - b[name]).abs().max() <= WEIGHT_TOLERANCE, f"{role} {name} differs"
