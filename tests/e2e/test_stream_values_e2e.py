@@ -83,3 +83,17 @@ def test_streaming_changes_no_numbers(streamed_and_not):
         assert a.keys() == b.keys()
         for name in a:
             assert (a[name] - b[name]).abs().max() <= WEIGHT_TOLERANCE, f"{role} {name} differs"
+
+
+def test_a_failed_streamed_micro_batch_ends_the_run_naming_the_critic(tiny_assets, tmp_path):
+    """Step 2's streamed values fail on the critic (the test plugin: every values call after the critic's first
+    update); the run ends at that step's end of generation, naming the critic's pool, with step 1's checkpoint."""
+    env = {"VERL_SPLIT_CPU_HOLD_AFTER": HOLD_AFTER, "SLOW_PREP_FAIL_AFTER_UPDATE": "critic"}
+    run = run_split(tiny_assets, tmp_path, 3, [*PER_SAMPLE_CRITIC, "trainer.save_freq=1"], trainer="v1", **env)
+    assert run.returncode != 0
+    assert "the critic's streamed values failed on resource pool 'critic_pool' (step 2)" in run.log, run.log[-4000:]
+    assert "injected failure in the critic's infer_batch after its first update" in run.log
+    saved = sorted(p.name for p in (tmp_path / "checkpoints").glob("global_step_*"))
+    assert saved == ["global_step_1"], saved
+    for role in ("actor", "critic"):
+        assert final_weights(tmp_path, role)  # step 1's checkpoint loads, every shard

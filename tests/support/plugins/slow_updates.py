@@ -20,6 +20,8 @@ Environment (``PHASE`` is ``UPDATES`` or ``PREP``):
   ``SLOW_{PHASE}_SLEEP_CRITIC`` / ``_ACTOR``: the same for one role, in place of ``SLOW_{PHASE}_SLEEP``.
 - ``SLOW_{PHASE}_FAIL``: ``critic`` or ``actor``: raise inside that role's call of that phase.
 - ``SLOW_{PHASE}_KILL``: ``critic`` or ``actor``: kill that worker's process in that call.
+- ``SLOW_PREP_FAIL_AFTER_UPDATE``: ``critic`` or ``actor``: raise inside that role's preparation calls once its
+  worker has run an update (the second step's on: a run that saves after its first step keeps that checkpoint).
 - ``SLOW_GENERATE_SLEEP``: seconds each request takes longer on the CPU rollout's servers, so that
   generation lasts long enough for a critic pool to join it late (``late_join.py``); each request then logs a
   ``generate`` record (replica, the step of its weights, start). The knobs below read those records, and need it.
@@ -46,6 +48,8 @@ import time
 
 import wrapt
 
+# The roles whose worker in this process has run an update (SLOW_PREP_FAIL_AFTER_UPDATE).
+_updated: set[str] = set()
 # The actor's own calls run its TrainingWorker's train_mini_batch / infer_batch inside the
 # same process: those inner calls belong to the actor, not to the critic.
 _inside_actor = threading.local()
@@ -142,6 +146,8 @@ def _instrument(phase, role, original):
             os._exit(1)
         if os.environ.get(f"{knob}_FAIL") == role:
             raise RuntimeError(f"injected failure in the {role}'s {original.__name__}")
+        if phase == "prep" and os.environ.get("SLOW_PREP_FAIL_AFTER_UPDATE") == role and role in _updated:
+            raise RuntimeError(f"injected failure in the {role}'s {original.__name__} after its first update")
         # The step of this call: the weights its step generated with, plus one (the critic updates after generating).
         step = max((r["weights"] for r in _generated()), default=-1) + 1
         _inside_actor.active = role == "actor"
@@ -149,6 +155,8 @@ def _instrument(phase, role, original):
             return original(self, *args, **kwargs)
         finally:
             _inside_actor.active = False
+            if phase == "update":
+                _updated.add(role)
             held = phase == "update" and role == "critic" and step in _steps("SLOW_CRITIC_HOLD_STEPS")
             if held and not _wait_for(
                 f"step {step + 1}'s generation", lambda rs: any(r["weights"] >= step for r in rs)
