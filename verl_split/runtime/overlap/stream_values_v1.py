@@ -149,7 +149,9 @@ class ValuesLane:
             deferral.join("the streamed values")  # step k-1's critic update: the critic holds step k's weights
             data_parallel = _data_parallel(self.worker_group)
             progress_at, seen = time.monotonic(), 0
-            while not self.stream.stop.is_set():
+            # Until generation ends: after it, the step writes other fields (rewards, padding samples) to the
+            # same keys, and the stock call values what is left anyway.
+            while not self.stream.stop.is_set() and not self.stream.generation_end:
                 finished = self.finished()
                 chunk = plan_chunk([k for k in finished if k not in self.stream.streamed_set], data_parallel)
                 if chunk:
