@@ -110,10 +110,13 @@ def _critic_engine(trainer: Any) -> Any:
 
 
 def wait_for(output: Any) -> Any:
-    """Wait for a non-blocking worker-group call (verl's ``DataProtoFuture``: ``futures``), return it."""
-    import ray
+    """Wait for a non-blocking worker-group call (verl's ``DataProtoFuture``: ``futures``), return it; a blocking
+    call's result has no futures and is returned as it is."""
+    futures = getattr(output, "futures", None)
+    if futures:
+        import ray
 
-    ray.get(output.futures)
+        ray.get(futures)
     return output
 
 
