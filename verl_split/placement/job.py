@@ -48,6 +48,10 @@ class FsdpBlock:
     model_dtype: str = "fp32"  # fp32, bf16 or fp16: verl's spelling of it (``job_config.MODEL_DTYPES``)
     param_offload: bool = False
     optimizer_offload: bool = False
+    #: The engine's forward-only micro-batches (``use_dynamic_bsz``: cut by tokens, verl's EngineConfig default;
+    #: else ``infer_micro_batch_size_per_gpu`` samples each): read for the critic's streamed values.
+    infer_dynamic_bsz: bool = True
+    infer_micro_batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ class Rollout:
     dp: int | None = None
     pp: int | None = None
     n: int | None = None
+    temperature: float = 1.0  # ``rollout.temperature``: what the trainer's requests carry
     gpu_memory_utilization: float | None = None
     max_num_seqs: int | None = None
     #: ``full_determinism``: verl's balancer routes each request by a hash of its id.

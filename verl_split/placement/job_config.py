@@ -290,6 +290,8 @@ def _fsdp(config: Any, block: str) -> FsdpBlock:
         model_dtype=_model_dtype(config, f"{block}.model_dtype"),
         param_offload=flag_key(config, f"{block}.param_offload"),
         optimizer_offload=flag_key(config, f"{block}.optimizer_offload"),
+        infer_dynamic_bsz=flag_key(config, f"{block}.use_dynamic_bsz", True),
+        infer_micro_batch=count_key(config, f"{block}.infer_micro_batch_size_per_gpu"),
     )
 
 
@@ -302,6 +304,7 @@ def _model_dtype(config: Any, key: str) -> str:
 
 def _rollout(config: Any) -> Rollout:
     bucket = number_key(config, f"{ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes")
+    temperature = number_key(config, f"{ROLLOUT}.temperature")
     return Rollout(
         name=text_key(config, f"{ROLLOUT}.name"),
         mode=text_key(config, f"{ROLLOUT}.mode"),
@@ -309,6 +312,7 @@ def _rollout(config: Any) -> Rollout:
         dp=count_key(config, f"{ROLLOUT}.data_parallel_size"),
         pp=count_key(config, f"{ROLLOUT}.pipeline_model_parallel_size"),
         n=count_key(config, f"{ROLLOUT}.n"),
+        temperature=1.0 if temperature is None else temperature,
         gpu_memory_utilization=number_key(config, f"{ROLLOUT}.gpu_memory_utilization"),
         max_num_seqs=count_key(config, f"{ROLLOUT}.max_num_seqs"),
         full_determinism=flag_key(config, f"{ROLLOUT}.full_determinism"),

@@ -132,17 +132,14 @@ def fake_tq(monkeypatch):
     monkeypatch.setitem(sys.modules, "transfer_queue", module)
     monkeypatch.setattr(stream_values_v1, "wait_for", lambda output: output)
     monkeypatch.setattr(stream_values_v1, "POLL_S", 0.01)
+    job = SimpleNamespace(rollout=SimpleNamespace(temperature=1.0, n=1), batch=SimpleNamespace(values=()))
+    monkeypatch.setattr(stream_values_v1, "trainer_job", lambda trainer: job)
     deferral.reset()
     return queue
 
 
 def fake_trainer(critic) -> SimpleNamespace:
-    rollout = SimpleNamespace(temperature=1.0, n=1)
-    config = SimpleNamespace(
-        actor_rollout_ref=SimpleNamespace(rollout=rollout), data=SimpleNamespace(train_batch_size=4)
-    )
-    trainer = SimpleNamespace(config=config, critic_wg=critic, global_steps=1)
-    return trainer
+    return SimpleNamespace(critic_wg=critic, global_steps=1)
 
 
 def start_lane(critic, expected=4, on_release=None):

@@ -37,6 +37,7 @@ import wrapt
 
 from verl_split.core import log, settings
 from verl_split.placement.job_config import trainer_job
+from verl_split.placement.model import TRAIN_BATCH
 from verl_split.plugin.args import get_argument
 from verl_split.runtime.cpu import hold
 from verl_split.runtime.overlap import deferral, lanes
@@ -88,7 +89,10 @@ def why_not_stream(trainer: Any, adapter: Any) -> str:
         return "with shared rollout the critic pool's own servers generate"
     if getattr(trainer, "ref_in_actor", False) and getattr(trainer, "use_reference_policy", False):
         return "the reference runs inside the LoRA actor, and stock passes its no_lora_adapter flag to the critic"
-    return why_not_exact(_critic_engine(trainer))
+    engine = _critic_engine(trainer)
+    if engine is None:
+        return "the critic runs on Megatron, whose values forward streaming does not check for exactness"
+    return why_not_exact(engine)
 
 
 def _shared_rollout(trainer: Any) -> bool:
@@ -98,15 +102,16 @@ def _shared_rollout(trainer: Any) -> bool:
 
 
 def _critic_engine(trainer: Any) -> Any:
-    """The critic engine's config exactly as verl's v1 trainer hands it to the workers (``trainer_base.py``
-    ``init_workers``: ``omega_conf_to_dataclass(config.critic).engine``), once per trainer."""
-    engine = vars(trainer).get("_verl_split_critic_engine")
-    if engine is None:
-        from verl.utils.config import omega_conf_to_dataclass
-
-        engine = omega_conf_to_dataclass(trainer.config.critic).engine
-        vars(trainer)["_verl_split_critic_engine"] = engine
-    return engine
+    """The critic engine's forward-only micro-batching, as verl's v1 trainer hands it to the workers
+    (``omega_conf_to_dataclass(config.critic).engine``: the ``critic.fsdp`` block; ``infer_batch`` reads
+    ``use_dynamic_bsz`` and ``infer_micro_batch_size_per_gpu`` there, verl/workers/engine_workers.py)."""
+    critic = trainer_job(trainer).critic
+    if critic.strategy == "megatron":
+        return None
+    block = critic.fsdp
+    return SimpleNamespace(
+        use_dynamic_bsz=block.infer_dynamic_bsz, infer_micro_batch_size_per_gpu=block.infer_micro_batch
+    )
 
 
 def wait_for(output: Any) -> Any:
@@ -137,7 +142,7 @@ class ValuesLane:
         self.stream = stream
         self.worker_group = worker_group  # the critic's own, not the proxy
         self.expected = expected  # samples the step generates
-        temperature = trainer.config.actor_rollout_ref.rollout.temperature
+        temperature = trainer_job(trainer).rollout.temperature
         # What stock _compute_values adds to the request (verl/trainer/ppo/v1/trainer_base.py) on top of the
         # temperature _step_once sets after sampling.
         self.extra_info = {"temperature": temperature, "compute_loss": False}
@@ -321,8 +326,8 @@ def make_prepare_step_wrapper(adapter: Any) -> Callable[..., Any]:
             return wrapped(*args, **kwargs)
         actor_pool, critic_pool = adapter.pools(trainer)
         stream = StreamStep(trainer.global_steps, critic_pool, actor_pool)
-        config = trainer.config
-        expected = int(config.data.train_batch_size) * int(config.actor_rollout_ref.rollout.n)
+        job = trainer_job(trainer)
+        expected = (dict(job.batch.values).get(TRAIN_BATCH) or 0) * (job.rollout.n or 1)
         lane = ValuesLane(trainer, stream, trainer.critic_wg, expected)
         hold.arm_all()
         try:
