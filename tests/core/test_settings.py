@@ -188,3 +188,26 @@ def test_versions_are_specifier_sets_read_from_the_distribution():
         names = {s.name for s in activation.seams_for(frozenset({"split"}), family)}
         assert ("placement_v1" in names) == (family == "0.9") and ("placement_legacy" in names) != (family == "0.9")
         assert ("legacy_dispatch" in names) == (family == "0.7")
+
+
+def test_stream_and_cpu_tail_settings():
+    on = {"VERL_SPLIT_CPU": "1"}
+    assert settings.read(on).stream_values is True
+    assert settings.read(on).cpu_lengths == "fixed" and settings.read(on).cpu_hold_after == 0
+    asked = {"VERL_SPLIT_STREAM_VALUES": "off", "VERL_SPLIT_CPU_LENGTHS": "Long_Tail", "VERL_SPLIT_CPU_HOLD_AFTER": "3"}
+    read = settings.read({**on, **asked})
+    assert (read.stream_values, read.cpu_lengths, read.cpu_hold_after) == (False, "long_tail", 3)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("VERL_SPLIT_STREAM_VALUES", "maybe", "switch it on"),
+        ("VERL_SPLIT_CPU_LENGTHS", "short", "fixed or long_tail"),
+        ("VERL_SPLIT_CPU_HOLD_AFTER", "-1", "whole number"),
+        ("VERL_SPLIT_CPU_HOLD_AFTER", "two", "whole number"),
+    ],
+)
+def test_stream_and_cpu_tail_bad_values(name, value, says):
+    with pytest.raises(SettingsError, match=says):
+        settings.read({"VERL_SPLIT_CPU": "1", name: value})

@@ -63,6 +63,16 @@ GENERATION_OVER_FLOOR = "split/generation_over_floor"
 #: The longest-running request's mean running batch on its server (a large one: moving it would shorten it).
 GENERATION_TAIL_BATCH = "split/generation_tail_batch"
 
+# Values streamed into generation's tail (runtime/overlap/stream_values.py).
+#: Seconds the critic pool spent on values of samples that had finished while the rest still generated.
+STREAM_VALUES_S = "split/stream_values_s"
+#: The share of the step's samples whose values were computed before generation ended.
+STREAM_COVERAGE = "split/stream_coverage"
+#: Seconds of ``values`` left on the step's path after generation ended (all of it without streaming).
+VALUES_AFTER_GEN_S = "split/values_after_gen_s"
+#: 1.0 where streaming stepped aside this step (a log line says why).
+STREAM_VALUES_OFF = "split/stream_values_off"
+
 
 def pool_gpus(role: str) -> str:
     """``split/actor_pool_gpus`` or ``split/critic_pool_gpus``."""

@@ -24,6 +24,8 @@ ROLLOUT_WATCHDOG_S = 1800.0
 ALWAYS = "always"
 #: ``VERL_SPLIT_TAIL``'s values (``runtime/shared_rollout/admission.py``'s orders; the first is the default).
 TAIL_ORDERS = ("longest_first", "verl")
+#: ``VERL_SPLIT_CPU_LENGTHS``'s values (``runtime/cpu/lengths.py``; the first is the default).
+CPU_LENGTHS = ("fixed", "long_tail")
 
 #: name -> (default, one-line meaning). docs/configuration.md's table lists these.
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -62,7 +64,22 @@ VARIABLES: dict[str, tuple[str, str]] = {
         "With shared rollout: a rollout server that holds requests and ends none of them for this many seconds is "
         "taken as hung, and the run stops naming its replica (SharedRolloutError); 0: no limit.",
     ),
+    "VERL_SPLIT_STREAM_VALUES": (
+        "on",
+        "With split placement: the critic pool computes the values of samples that have finished generating while "
+        "the rest still generate (on; it steps aside with a log line where that is not exact), or not (off).",
+    ),
     "VERL_SPLIT_CPU": ("off", "CPU dry run: CPU platform, gloo and a Hugging Face rollout, no GPU needed."),
+    "VERL_SPLIT_CPU_LENGTHS": (
+        "fixed",
+        "CPU dry run: the responses' lengths: fixed (up to rollout.response_length) or long_tail (each prompt's "
+        "own cap, drawn from a long-tailed distribution, the same in every run).",
+    ),
+    "VERL_SPLIT_CPU_HOLD_AFTER": (
+        "0",
+        "CPU dry run, for tests: each rollout server answers its first N requests per weight version and holds "
+        "the rest until verl-split's streamed values release them (a forced generation tail); 0: hold nothing.",
+    ),
     "VERL_SPLIT_TRACE": ("", "Write a Chrome-trace timeline of the updates per pool to this file."),
 }
 
@@ -133,6 +150,13 @@ class Settings:
     rollout_watchdog_s: float = ROLLOUT_WATCHDOG_S
     #: ``VERL_SPLIT_TAIL``: the balancer's admission order (``shared_rollout.admission``).
     tail: str = TAIL_ORDERS[0]
+    #: ``VERL_SPLIT_STREAM_VALUES``: values streamed into generation's tail (``overlap.stream_values``).
+    stream_values: bool = True
+    #: ``VERL_SPLIT_CPU_LENGTHS``: the CPU rollout's response lengths (``runtime/cpu/lengths.py``).
+    cpu_lengths: str = CPU_LENGTHS[0]
+    #: ``VERL_SPLIT_CPU_HOLD_AFTER``: requests a CPU rollout server answers per weight version before it holds
+    #: the rest (``runtime/cpu/hold.py``); 0: none held.
+    cpu_hold_after: int = 0
 
     @property
     def overlap(self) -> bool:
@@ -191,15 +215,31 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         late_join_always=(env.get("VERL_SPLIT_LATE_JOIN") or "").strip().lower() == ALWAYS,
         rollout_watchdog_s=parse_seconds("VERL_SPLIT_ROLLOUT_WATCHDOG_S", env.get("VERL_SPLIT_ROLLOUT_WATCHDOG_S")),
         tail=parse_tail(env.get("VERL_SPLIT_TAIL")),
+        stream_values=parse_switch("VERL_SPLIT_STREAM_VALUES", env.get("VERL_SPLIT_STREAM_VALUES"), True),
+        cpu_lengths=parse_choice("VERL_SPLIT_CPU_LENGTHS", env.get("VERL_SPLIT_CPU_LENGTHS"), CPU_LENGTHS),
+        cpu_hold_after=parse_count("VERL_SPLIT_CPU_HOLD_AFTER", env.get("VERL_SPLIT_CPU_HOLD_AFTER")),
     )
 
 
 def parse_tail(raw: str | None) -> str:
     """``VERL_SPLIT_TAIL``: one of :data:`TAIL_ORDERS` (unset: the first)."""
-    value = (raw or "").strip().lower() or TAIL_ORDERS[0]
-    if value not in TAIL_ORDERS:
-        raise SettingsError(f"VERL_SPLIT_TAIL={raw!r} is not an accepted value. Use {' or '.join(TAIL_ORDERS)}.")
+    return parse_choice("VERL_SPLIT_TAIL", raw, TAIL_ORDERS)
+
+
+def parse_choice(name: str, raw: str | None, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (unset or empty: the first)."""
+    value = (raw or "").strip().lower() or choices[0]
+    if value not in choices:
+        raise SettingsError(f"{name}={raw!r} is not an accepted value. Use {' or '.join(choices)}.")
     return value
+
+
+def parse_count(name: str, raw: str | None) -> int:
+    """A whole number, 0 or more; unset or empty: 0."""
+    value = (raw or "").strip() or "0"
+    if not value.isdigit():
+        raise SettingsError(f"{name}={raw!r} is not a whole number. Give one, 0 or more (0: off), e.g. {name}=4.")
+    return int(value)
 
 
 def parse_late_join(raw: str | None) -> bool | None:

@@ -18,6 +18,10 @@ from typing import Any
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
+from verl_split.core import settings
+from verl_split.runtime.cpu.hold import HeldRequests
+from verl_split.runtime.cpu.lengths import long_tail_cap
+
 logger = logging.getLogger("verl_split.cpu_rollout")
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -94,6 +98,8 @@ class CPUGenerationServer:
         self.weight_syncs = 0
         self._requests_seen: Counter[tuple[int, ...]] = Counter()  # per prompt, since the last weight sync
         self._announced: Any = object()  # the step whose weights the log last said this server generates with
+        self._held = HeldRequests()  # the forced tail of the tests (hold.py); passes everything unless armed
+        self._cpu_lengths = settings.current().cpu_lengths
 
     # -- generation -------------------------------------------------------------------
 
@@ -107,6 +113,7 @@ class CPUGenerationServer:
         video_data: Any = None,
         **kwargs: Any,
     ) -> TokenOutput:
+        await self._held.admit()
         token_ids, log_probs, stop_reason = await asyncio.to_thread(self._generate, list(prompt_ids), sampling_params)
         if self._announced != self.global_steps:  # once per weight version: which weights answer requests
             self._announced = self.global_steps
@@ -131,6 +138,8 @@ class CPUGenerationServer:
 
     def _generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> tuple[list[int], list[float], str]:
         max_new_tokens = self._max_new_tokens(len(prompt_ids), sampling_params)
+        if self._cpu_lengths == "long_tail":
+            max_new_tokens = min(max_new_tokens, long_tail_cap(prompt_ids, int(self.config.response_length)))
         if max_new_tokens == 0:
             return [], [], "length"
         temperature = float(sampling_params.get("temperature", 1.0))
@@ -210,6 +219,14 @@ class CPUGenerationServer:
 
     async def sleep(self) -> None:
         pass
+
+    # -- the forced tail of the tests (hold.py) ---------------------------------------
+
+    async def hold_after(self, answer_first: int) -> None:
+        self._held.arm(answer_first)
+
+    async def release_held(self) -> int:
+        return self._held.release()
 
     async def abort_all_requests(self, reject_request: bool = False) -> None:
         pass
