@@ -608,7 +608,8 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
             f"critic {cell_of(row['critic_pool_busy_share'])}"
         )
     for row in (r for r in rows if r["kind"] == "step" and names.VALUES_AFTER_GEN_S in r):
-        streamed = f", streamed {cell_of(row[names.STREAM_COVERAGE])} of the samples" if names.STREAM_COVERAGE in row else ""
+        coverage = row.get(names.STREAM_COVERAGE)
+        streamed = f", streamed {cell_of(coverage)} of the samples" if coverage else ""
         print(f"values after generation, {row['config']}: {cell_of(row[names.VALUES_AFTER_GEN_S])} s a step{streamed}")
     for deferral in (r for r in rows if r["kind"] == "deferral"):
         print(

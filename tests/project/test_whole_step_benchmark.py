@@ -302,12 +302,49 @@ def test_the_v1_1to1_bound_takes_generation_alone_from_split_all_not_split_seque
 def test_each_pinned_job_is_the_one_its_recorded_run_landed_on(bench, trainer, name):
     pin = bench["whole_step_job"].PINNED[(trainer, name)]
     settings = json.loads((BENCHMARKS / pin.recorded).read_text())[0]
-    assert asdict(pin.workload) == settings["workload"]
+    assert asdict(pin.workload) == {**settings["workload"], "lengths": "fixed"}  # recorded before the setting
     chosen = settings["calibration"]["runs"][settings["calibration"]["chosen_run"] - 1]
     assert chosen["workload"] == settings["workload"]
     assert (
         pin.reached == f"{chosen['update_ratio']:.2f}:1 in the updates, {chosen['prep_ratio']:.2f}:1 in the preparation"
     )
+
+
+@pytest.mark.parametrize("trainer", ["v1", "v0"])
+def test_the_long_tail_job_is_the_1to1_budgets_with_long_tailed_answers(bench, trainer):
+    jobs = bench["whole_step_job"]
+    one, tail = (jobs.pinned(name, trainer).workload for name in ("1to1", "long-tail"))
+    assert asdict(tail) == {**asdict(one), "response_length": 48, "lengths": "long_tail"}
+    assert min(tail.critic_tokens, tail.actor_update_tokens) >= tail.min_tokens  # the longest sequence fits
+    assert tail.environment() == {"VERL_SPLIT_CPU_LENGTHS": "long_tail"} and one.environment() == {}
+    assert "long-tailed answers of at most 48 tokens" in tail.describe()
+
+
+def test_the_long_tail_job_runs_its_arms_and_the_streamed_one_with_the_setting(bench, monkeypatch):
+    ws = bench["whole_step"]
+    args, job = ws.parse_args(["--job", "long-tail", "--trainer", "v0"])
+    assert job.workload.trainer == "v0"
+    assert args.configs == ["stock", "sequential", "all", "stream"]  # this verl-split has VERL_SPLIT_STREAM_VALUES
+    assert ws.parse_args([])[0].configs == [key for key, *_ in ws.CONFIGS if key != "stream"]
+    # A verl-split without the switch refuses the variable: the arm is left out, and refused where asked for.
+    monkeypatch.delitem(ws.settings.VARIABLES, "VERL_SPLIT_STREAM_VALUES")
+    assert ws.parse_args(["--job", "long-tail"])[0].configs == ["stock", "sequential", "all"]
+    with pytest.raises(SystemExit):
+        ws.parse_args(["--job", "long-tail", "--configs", "all,stream"])
+
+
+def test_the_streamed_runs_values_are_no_floor_of_the_values(bench, monkeypatch):
+    # Its preparation holds only the values left after generation: neither its lane metric nor its wall measures
+    # the values' work; old_log_prob + ref still run whole in it.
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    floor = importlib.import_module("whole_step_floor")
+    kind = bench["whole_step"].RUN_KINDS["stream"]
+    phases = {"gen": 5.0, "reward": 0.0, "adv": 0.1, "other": 0.2, "prep": 1.0, "updates": 2.0}
+    lanes_read = {"prep_critic": (0.3, "split/prep_critic_s"), "prep_actor": (1.0, "split/prep_actor_s")}
+    measured = {
+        m.lane for m in floor.measurements(kind, "split + overlaps on + streamed values", 1, phases, lanes_read)
+    }
+    assert "prep_critic" not in measured and "prep_actor" in measured
 
 
 def test_a_results_json_is_a_job_and_its_trainer_is_its_own(bench, capsys):
@@ -328,7 +365,7 @@ def test_a_results_json_is_a_job_and_its_trainer_is_its_own(bench, capsys):
     [
         (["--update-ratio", "0.5", "--critic-epochs", "2"], "--critic-epochs, --update-ratio: calibration options"),
         (["--job", "critic-heavy", "--calibrate"], "not allowed with argument"),
-        (["--job", "nowhere.json"], "neither a pinned job (1to1, critic-heavy) nor a file"),
+        (["--job", "nowhere.json"], "neither a pinned job (1to1, critic-heavy, long-tail) nor a file"),
         (["--job", str(BENCHMARKS / "control_plane.json")], "no job in it"),
     ],
 )

@@ -127,7 +127,11 @@ def stream_notes(
             f"step ({names.VALUES_AFTER_GEN_S}), {100 * _mean(covered):.0f} % of the samples valued before it ended "
             f"({names.STREAM_COVERAGE})"
         )
-    found = [(f, wall) for s, ln, wall in zip(steps, lanes, step_s, strict=True) if (f := forecast_step(s, ln, actor_gpus, critic_gpus))]
+    found = [
+        (f, wall)
+        for step, step_lanes, wall in zip(steps, lanes, step_s, strict=True)
+        if (f := forecast_step(step, step_lanes, actor_gpus, critic_gpus))
+    ]
     if not found:
         if steps and any(MEAN_KEY not in s or MAX_KEY not in s for s in steps):
             notes.append(
