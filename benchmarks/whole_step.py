@@ -130,6 +130,8 @@ DEFAULT_CONFIGS = tuple(key for key, *_ in CONFIGS if key not in STREAMED)
 LONG_TAIL_CONFIGS = ("stock", "sequential", "all", "stream")
 #: Per split configuration, the values left on the step's path after generation, and the share streamed.
 STREAM_METRICS = (names.VALUES_AFTER_GEN_S, names.STREAM_COVERAGE)
+#: verl's answer lengths per step: the tail every configuration generated (the same lengths in each).
+LENGTH_METRICS = ("response_length/mean", "response_length/max")
 TITLES = {key: title for key, title, _, _ in CONFIGS}
 #: Which run measures which overlapped phase, against the split sequential run.
 OVERLAPPED = (("updates", "updates"), ("prep", "prep"), ("updates", "all"))
@@ -448,6 +450,9 @@ def step_rows(reps: list[dict], best: split_bound.BestSplit | None = None) -> li
             row[f"speedup_vs_{base}"] = stats(ups)
         if best:  # its speed-up over stock against the bound's: the best split's step over its own
             row["share_of_bound"] = stats([best.step_s / m["step"] for m in means])
+        for metric in LENGTH_METRICS:
+            if all(logged(rep, key, metric) for rep in reps):
+                row[metric] = stats([steady_mean(rep, key, metric) for rep in reps])
         if key != "stock":
             for pool in ("actor", "critic"):
                 metric = f"split/{pool}_pool_busy_share"
@@ -606,6 +611,15 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
         print(
             f"pools busy, {row['config']}: actor {cell_of(row['actor_pool_busy_share'])}, "
             f"critic {cell_of(row['critic_pool_busy_share'])}"
+        )
+    lengths = [r for r in rows if r["kind"] == "step" and all(m in r for m in LENGTH_METRICS)]
+    if lengths:
+        print(
+            "answers, tokens (response_length/mean, /max; steps 2..N-1): "
+            + "; ".join(
+                f"{r['config']} {cell_of(r[LENGTH_METRICS[0]], '.1f')}, {cell_of(r[LENGTH_METRICS[1]], '.0f')}"
+                for r in lengths
+            )
         )
     for row in (r for r in rows if r["kind"] == "step" and names.VALUES_AFTER_GEN_S in r):
         coverage = row.get(names.STREAM_COVERAGE)

@@ -347,6 +347,24 @@ def test_the_streamed_runs_values_are_no_floor_of_the_values(bench, monkeypatch)
     assert "prep_critic" not in measured and "prep_actor" in measured
 
 
+def test_the_long_tail_tables_print_the_answers_the_pools_and_the_values_left(bench, capsys):
+    ws = bench["whole_step"]
+    tail = {"response_length/mean": 18.6, "response_length/max": 48.0}
+    left = {"split/actor_pool_busy_share": 0.8, "split/critic_pool_busy_share": 0.5, **tail}
+    streamed = {**all_run(5.0), **left, "split/values_after_gen_s": 0.1, "split/stream_coverage": 0.9}
+    runs = {"all": {**all_run(), **left, "split/values_after_gen_s": 0.9}, "stream": streamed}
+    reps = [{"metrics": {key: [step(1, **{"timing_s/step": 60.0}), step(2, **m)] for key, m in runs.items()}}]
+    ws.print_tables(reps, ws.step_rows(reps), {})
+    out = capsys.readouterr().out
+    assert (
+        "answers, tokens (response_length/mean, /max; steps 2..N-1): split + overlaps on 18.6 [18.6-18.6], 48 [48-48]"
+        in out
+    )
+    assert "pools busy, split + overlaps on + streamed values: actor 0.80 [0.80-0.80], critic 0.50" in out
+    assert "values after generation, split + overlaps on: 0.90 [0.90-0.90] s a step\n" in out
+    assert "values after generation, split + overlaps on + streamed values: 0.10 [0.10-0.10] s a step, streamed " in out
+
+
 def test_a_results_json_is_a_job_and_its_trainer_is_its_own(bench, capsys):
     ws = bench["whole_step"]
     args, job = ws.parse_args(["--job", str(BENCHMARKS / "whole_step_v0_critic_heavy.json")])
