@@ -1,4 +1,4 @@
-"""Benchmark: the whole PPO step seven ways, side by side, on real verl workers on CPU (no GPU used or needed).
+"""Benchmark: the whole PPO step seven ways (eight with streamed values), side by side, on real verl workers on CPU.
 
 One invocation runs the same CPU dry-run PPO job (``verl_split.dryrun.recipe.dry_run_overrides``: GAE with a critic,
 a reference policy for the KL loss, 2 logical GPUs, verl's ``trainer.use_v1`` by default, ``--trainer v0``

@@ -432,3 +432,15 @@ def test_compare_reads_a_run_recorded_under_the_former_name(monkeypatch, tmp_pat
     assert "split + overlaps on + shared: 1.08 [1.04-1.12] against 1.08 [1.04-1.12] x stock: agree" in (
         capsys.readouterr().out
     )
+
+
+def test_compare_takes_a_run_from_before_the_lengths_setting_as_fixed_lengths(monkeypatch, tmp_path, capsys):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    compare = importlib.import_module("whole_step_compare")
+    old = {"batch": 128, "trainer": "v1"}
+    before = write_run(tmp_path / "before.json", old, {"median": 1.0, "min": 0.9, "max": 1.1})
+    fixed = write_run(tmp_path / "fixed.json", {**old, "lengths": "fixed"}, {"median": 1.0, "min": 0.9, "max": 1.1})
+    tail = write_run(tmp_path / "tail.json", {**old, "lengths": "long_tail"}, {"median": 1.0, "min": 0.9, "max": 1.1})
+    assert compare.main([str(before), str(fixed)]) == 0
+    assert compare.main([str(before), str(tail)]) == 2
+    assert "different jobs" in capsys.readouterr().out
