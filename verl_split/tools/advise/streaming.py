@@ -9,8 +9,9 @@ that can take off the step depends on generation's tail: how many samples are do
 decodes at about one rate: continuous batching with the batch in the KV cache); then at most ``m / (x M)`` of the
 samples are still generating at ``x G`` (Markov's inequality: no assumption on the lengths' shape). So at least
 ``1 - m / (x M)`` of the values' work is ready at ``x G``, and the critic pool has ``G - max(U, x G)`` seconds to do
-it before generation ends, ``U`` the deferred critic update it runs first (``split/critic_update_s``, all of it
-taken to run at generation's start). The best ``x`` gives what streaming can at least hide: a floor of the gain, not
+it before generation ends, ``U`` the deferred critic update it runs first (the step's ``split/critic_update_s``
+standing in for the previous step's, the one that runs into this generation; all of it taken to run from
+generation's start). The best ``x`` gives what streaming can at least hide: a floor of the gain, not
 a forecast of it (samples that finish before ``x G`` are counted only from there; waves of requests that wait for KV
 room, and sampling that stops early for reasons other than length, break the rule).
 
