@@ -1,4 +1,4 @@
-"""Benchmark: the whole PPO step seven ways, side by side, on real verl workers on CPU (no GPU used or needed).
+"""Benchmark: the whole PPO step seven ways (eight with streamed values), side by side, on real verl workers on CPU.
 
 One invocation runs the same CPU dry-run PPO job (``verl_split.dryrun.recipe.dry_run_overrides``: GAE with a critic,
 a reference policy for the KL loss, 2 logical GPUs, verl's ``trainer.use_v1`` by default, ``--trainer v0``
@@ -13,13 +13,20 @@ for ``RayPPOTrainer``) in these configurations (``--configs`` picks some):
   (``defer_critic``), joined at the next values;
 - ``split + overlaps on + shared``: ``on`` with ``VERL_SPLIT_SHARED_ROLLOUT=1``, a rollout replica on the critic's
   logical GPU too, which joins each step's generation once the deferred critic update is done;
-- ``split + updates + prep + shared``: shared rollout without the deferral.
+- ``split + updates + prep + shared``: shared rollout without the deferral;
+- ``split + overlaps on + streamed values``: ``on`` with ``VERL_SPLIT_STREAM_VALUES=on``, the critic pool computing
+  the values of finished samples while the rest still generate (every other split configuration runs with it
+  ``off``, so that they measure what their titles say). Only where this verl-split has the setting; a default
+  configuration of the ``long-tail`` job, whose answers have a tail to stream into.
 
 Every configuration runs on both trainers: verl 0.9's v1 trainer (the default) and ``RayPPOTrainer``
 (``--trainer v0``, ``trainer.use_v1=false``; shared rollout there since issue 35).
 
 The job is fixed by its sizes (``whole_step_job.py``), so that two runs measure the same work: ``--job 1to1``
 (the default) or ``--job critic-heavy``, pinned per trainer from the recorded runs whose figures the docs quote,
+``--job long-tail`` (the 1to1 budgets with long-tailed answers: ``VERL_SPLIT_CPU_LENGTHS=long_tail``, up to 48
+tokens, the same lengths in every configuration; by default it runs stock, split sequential, split + overlaps on
+and the streamed values),
 or ``--job FILE``, the job a JSON of this script ran. ``--calibrate`` makes a new job instead: split sequential
 runs (``calibrate``) fit each lane's time against its token budget and move the budgets until each phase has
 the target work ratio within 10 % (``--update-ratio``, ``--prep-ratio``, default 1:1; ``--calibration-runs``,
@@ -92,6 +99,8 @@ import whole_step_floor
 import whole_step_job
 from whole_step_job import Job, Workload
 
+from verl_split.core import metric_names as names
+from verl_split.core import settings
 from verl_split.dryrun import report
 from verl_split.dryrun.assets import make_tiny_assets
 from verl_split.dryrun.recipe import dry_run_overrides, run_environment
@@ -109,15 +118,27 @@ CONFIGS = (
     ("all", "split + overlaps on", "1", "on"),
     ("shared", "split + overlaps on + shared", "1", "on"),
     ("shared_nodefer", "split + updates + prep + shared", "1", "updates,prep"),
+    ("stream", "split + overlaps on + streamed values", "1", "on"),
 )
 #: Configurations that also generate on the critic pool (VERL_SPLIT_SHARED_ROLLOUT=1).
 SHARED_ROLLOUT = {"shared", "shared_nodefer"}
+#: Configurations that stream the values into generation's tail; every other split one runs with it off.
+STREAMED = {"stream"}
+STREAM_SWITCH = "VERL_SPLIT_STREAM_VALUES"
+#: Each job's configurations unless --configs says: the long tail's are the arms that show what streaming gains.
+DEFAULT_CONFIGS = tuple(key for key, *_ in CONFIGS if key not in STREAMED)
+LONG_TAIL_CONFIGS = ("stock", "sequential", "all", "stream")
+#: Per split configuration, the values left on the step's path after generation, and the share streamed.
+STREAM_METRICS = (names.VALUES_AFTER_GEN_S, names.STREAM_COVERAGE)
+#: verl's answer lengths per step: the tail every configuration generated (the same lengths in each).
+LENGTH_METRICS = ("response_length/mean", "response_length/max")
 TITLES = {key: title for key, title, _, _ in CONFIGS}
 #: Which run measures which overlapped phase, against the split sequential run.
 OVERLAPPED = (("updates", "updates"), ("prep", "prep"), ("updates", "all"))
 #: What each configuration's run does, for which of its times measure which of the bound's lanes.
 RUN_KINDS = {
-    key: whole_step_floor.RunKind.of(split, overlap, key in SHARED_ROLLOUT) for key, _, split, overlap in CONFIGS
+    key: whole_step_floor.RunKind.of(split, overlap, key in SHARED_ROLLOUT, key in STREAMED)
+    for key, _, split, overlap in CONFIGS
 }
 #: The runs without which some lane of the bound has no measurement (split_bound.py): two workers, and one.
 BOUND_RUNS = ("stock", "sequential")
@@ -152,6 +173,9 @@ def run_job(assets, work: Workload, key: str, out: Path, steps: int) -> list[dic
         env.update(VERL_SPLIT=split, VERL_SPLIT_OVERLAP=overlap, VERL_SPLIT_TRACE=str(out / "timeline.json"))
     if key in SHARED_ROLLOUT:
         env.update(VERL_SPLIT_SHARED_ROLLOUT="1")
+    if split and streaming_known():  # off where the title does not say streamed, whatever its default
+        env[STREAM_SWITCH] = "on" if key in STREAMED else "off"
+    env.update(work.environment())
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("phase_log.jsonl", "timeline.json"):
         (out / stale).unlink(missing_ok=True)
@@ -164,6 +188,11 @@ def run_job(assets, work: Workload, key: str, out: Path, steps: int) -> list[dic
     # The run's last step joins a deferred critic update in the step (nothing follows to hide it behind): it
     # is left out for every configuration alike, so the means are of steady steps 2..N-1.
     return metrics[:-1] if len(metrics) >= 3 else metrics
+
+
+def streaming_known() -> bool:
+    """This verl-split has the streamed values' switch (it refuses a ``VERL_SPLIT_*`` name it does not know)."""
+    return STREAM_SWITCH in settings.VARIABLES
 
 
 def lane_means(metrics: list[dict], phase: str) -> dict[str, float]:
@@ -421,10 +450,16 @@ def step_rows(reps: list[dict], best: split_bound.BestSplit | None = None) -> li
             row[f"speedup_vs_{base}"] = stats(ups)
         if best:  # its speed-up over stock against the bound's: the best split's step over its own
             row["share_of_bound"] = stats([best.step_s / m["step"] for m in means])
+        for metric in LENGTH_METRICS:
+            if all(logged(rep, key, metric) for rep in reps):
+                row[metric] = stats([steady_mean(rep, key, metric) for rep in reps])
         if key != "stock":
             for pool in ("actor", "critic"):
                 metric = f"split/{pool}_pool_busy_share"
                 row[f"{pool}_pool_busy_share"] = stats([steady_mean(rep, key, metric) for rep in reps])
+            for metric in STREAM_METRICS:  # logged by a verl-split that streams values (on or off)
+                if all(logged(rep, key, metric) for rep in reps):
+                    row[metric] = stats([steady_mean(rep, key, metric) for rep in reps])
         rows.append(row)
     return rows
 
@@ -531,6 +566,11 @@ def deferral_row(reps: list[dict], key: str) -> dict | None:
     return row
 
 
+def logged(rep: dict, key: str, metric: str) -> bool:
+    """The run logged this metric in some steady step."""
+    return any(metric in m for m in report.steady_steps(rep["metrics"][key]))
+
+
 def steady_mean(rep: dict, key: str, metric: str) -> float:
     """A metric's mean over a run's steps 2..N, as the tables average them."""
     return statistics.mean(float(m.get(metric, 0.0)) for m in report.steady_steps(rep["metrics"][key]))
@@ -572,6 +612,19 @@ def print_tables(reps: list[dict], rows: list[dict], summaries: dict) -> None:
             f"pools busy, {row['config']}: actor {cell_of(row['actor_pool_busy_share'])}, "
             f"critic {cell_of(row['critic_pool_busy_share'])}"
         )
+    lengths = [r for r in rows if r["kind"] == "step" and all(m in r for m in LENGTH_METRICS)]
+    if lengths:
+        print(
+            "answers, tokens (response_length/mean, /max; steps 2..N-1): "
+            + "; ".join(
+                f"{r['config']} {cell_of(r[LENGTH_METRICS[0]], '.1f')}, {cell_of(r[LENGTH_METRICS[1]], '.0f')}"
+                for r in lengths
+            )
+        )
+    for row in (r for r in rows if r["kind"] == "step" and names.VALUES_AFTER_GEN_S in r):
+        coverage = row.get(names.STREAM_COVERAGE)
+        streamed = f", streamed {cell_of(coverage)} of the samples" if coverage else ""
+        print(f"values after generation, {row['config']}: {cell_of(row[names.VALUES_AFTER_GEN_S])} s a step{streamed}")
     for deferral in (r for r in rows if r["kind"] == "deferral"):
         print(
             f"update phase with the critic's update deferred ({deferral['config']}): "
@@ -662,15 +715,22 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Job |
     )
     parser.add_argument(
         "--configs",
-        default=",".join(key for key, *_ in CONFIGS),
-        help="comma list of the configurations to run (default: all, %(default)s); the overlap tables and the bound "
-        "need sequential, the bound stock too",
+        default=None,
+        help=f"comma list of the configurations to run, of {', '.join(TITLES)} (default: {','.join(DEFAULT_CONFIGS)}; "
+        f"for the long-tail job {','.join(LONG_TAIL_CONFIGS)}); the overlap tables and the bound need sequential, "
+        "the bound stock too",
     )
     args = parser.parse_args(argv)
-    wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = sorted(set(wanted) - set(TITLES))
-    if unknown or not wanted:
+    asked = args.configs is not None
+    wanted = [c.strip() for c in args.configs.split(",") if c.strip()] if asked else None
+    unknown = sorted(set(wanted or ()) - set(TITLES))
+    if unknown or wanted == []:
         parser.error(f"--configs: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(TITLES)}")
+    if wanted and STREAMED & set(wanted) and not streaming_known():
+        parser.error(
+            f"--configs: {', '.join(sorted(STREAMED & set(wanted)))} streams the values ({STREAM_SWITCH}), which this "
+            "verl-split does not have; leave it out of --configs"
+        )
     args.configs = wanted
     given = [name for name in CALIBRATION_DEFAULTS if getattr(args, name) is not None]
     if given and not args.calibrate:
@@ -684,13 +744,24 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Job |
             setattr(args, name, default)
     if args.calibrate:
         args.trainer = args.trainer or "v1"
+        args.configs = args.configs or list(DEFAULT_CONFIGS)
         return args, None
     try:
         job = whole_step_job.resolve(args.job or "1to1", args.trainer)
     except ValueError as error:
         parser.error(str(error))
     args.trainer = job.workload.trainer
+    if args.configs is None:
+        args.configs = default_configs(job)
     return args, job
+
+
+def default_configs(job: Job) -> list[str]:
+    """The configurations a job runs unless --configs says: the long tail's arms for long-tailed answers (less the
+    streamed one where this verl-split cannot stream), else every configuration but the streamed one."""
+    if job.workload.lengths != "long_tail":
+        return list(DEFAULT_CONFIGS)
+    return [key for key in LONG_TAIL_CONFIGS if key not in STREAMED or streaming_known()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,12 @@ def _rows(path: Path) -> tuple[dict, dict[str, dict]]:
     return settings, {FORMER_NAMES.get(r["config"], r["config"]): r for r in rows if r.get("kind") == "step"}
 
 
+def job_of(settings: dict) -> dict | None:
+    """The run's workload; one recorded before the answers' lengths were part of it ran fixed lengths."""
+    workload = settings.get("workload")
+    return {"lengths": "fixed", **workload} if isinstance(workload, dict) else workload
+
+
 def overlap(a: dict, b: dict) -> bool:
     """Whether two [min-max] ranges share a point."""
     return a["min"] <= b["max"] and b["min"] <= a["max"]
@@ -38,9 +44,9 @@ def overlap(a: dict, b: dict) -> bool:
 def compare(a: Path, b: Path) -> tuple[list[str], bool | None]:
     """The lines to print, and whether every configuration both ran agrees (None: they ran different jobs)."""
     (set_a, steps_a), (set_b, steps_b) = _rows(a), _rows(b)
-    if set_a.get("workload") != set_b.get("workload"):
-        return [f"different jobs: {a} ran {set_a.get('workload')}, {b} ran {set_b.get('workload')}"], None
-    lines = [f"the same job: {set_a['workload']}", f"{a}: {set_a.get('date')}; {b}: {set_b.get('date')}"]
+    if job_of(set_a) != job_of(set_b):
+        return [f"different jobs: {a} ran {job_of(set_a)}, {b} ran {job_of(set_b)}"], None
+    lines = [f"the same job: {job_of(set_a)}", f"{a}: {set_a.get('date')}; {b}: {set_b.get('date')}"]
     agree = True
     for config in (c for c in steps_a if c in steps_b and c != "stock"):
         for key, unit in MEASURES:

@@ -54,6 +54,8 @@ class RunKind:
     updates_overlapped: bool = False
     prep_overlapped: bool = False
     deferred: bool = False  # the critic's update runs on into the next step
+    #: Values streamed into generation's tail: the values left after generation, not the values' work.
+    streamed: bool = False
 
     @property
     def one_lane_at_a_time(self) -> bool:
@@ -61,10 +63,10 @@ class RunKind:
         return self.split and not (self.shared or self.updates_overlapped or self.prep_overlapped or self.deferred)
 
     @classmethod
-    def of(cls, split: str | None, overlap: str | None, shared: bool) -> RunKind:
+    def of(cls, split: str | None, overlap: str | None, shared: bool, streamed: bool = False) -> RunKind:
         """From ``whole_step.CONFIGS``' ``VERL_SPLIT`` and ``VERL_SPLIT_OVERLAP`` (``on``: every overlap)."""
         phases = {"updates", "prep", "defer"} if overlap == "on" else set((overlap or "off").split(","))
-        return cls(bool(split), shared, "updates" in phases, "prep" in phases, "defer" in phases)
+        return cls(bool(split), shared, "updates" in phases, "prep" in phases, "defer" in phases, streamed)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ def measurements(
     if kind.updates_overlapped:
         both = ("update_actor",) if kind.deferred else ("update_actor", "update_critic")
         found += [m(lane, phases["updates"], "updates phase wall") for lane in both]
+    if kind.streamed:  # part of the values ran inside generation: what is left after it is no floor of the values
+        found = [item for item in found if item.lane != "prep_critic"]
     # A phase a run did not time reads 0 s: no measurement of its lanes (the driver's own time may be that short).
     return [item for item in found if item.seconds > 0.0 or item.lane == "serial"]
 

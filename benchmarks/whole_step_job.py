@@ -4,7 +4,8 @@ Used by ``whole_step.py``. A job is a :class:`Workload` (prompts, answer length,
 It comes from one of three places (``--job``):
 
 - a **pinned** job by name, per trainer (:data:`PINNED`): the sizes a recorded run's calibration landed on,
-  the run whose figures the docs quote;
+  the run whose figures the docs quote; ``long-tail`` is the ``1to1`` job's budgets with long-tailed answers
+  (:data:`LONG_TAIL_RESPONSE_LENGTH`);
 - a **file**: a results JSON this script wrote (its ``settings`` row holds the job it ran), or a calibration
   saved with ``--calibrate --repeats 0 --json FILE``;
 - a new **calibration** (``--calibrate``): split sequential runs that move the token budgets until each phase
@@ -30,6 +31,9 @@ class Workload:
     actor_update_tokens: int
     actor_prep_tokens: int
     trainer: str
+    #: The CPU rollout's answer lengths (``VERL_SPLIT_CPU_LENGTHS``): ``fixed`` (every answer up to
+    #: ``response_length``) or ``long_tail`` (each prompt's own cap). JSONs from before it ran ``fixed``.
+    lengths: str = "fixed"
 
     @property
     def min_tokens(self) -> int:  # verl's dynamic batch size needs the longest sequence to fit
@@ -56,9 +60,18 @@ class Workload:
             f"+critic.ppo_infer_max_token_len_per_gpu={self.critic_tokens}",  # v1: the critic's only budget
         ]
 
+    def environment(self) -> dict[str, str]:
+        """The variables the run needs besides the configuration's: the answers' lengths where not the default."""
+        return {} if self.lengths == "fixed" else {"VERL_SPLIT_CPU_LENGTHS": self.lengths}
+
     def describe(self) -> str:
+        answers = (
+            f"{self.response_length}-token answers"
+            if self.lengths == "fixed"
+            else f"long-tailed answers of at most {self.response_length} tokens (VERL_SPLIT_CPU_LENGTHS={self.lengths})"
+        )
         return (
-            f"trainer {self.trainer}, {self.batch} prompts a step, {self.response_length}-token answers, PPO epochs "
+            f"trainer {self.trainer}, {self.batch} prompts a step, {answers}, PPO epochs "
             f"actor {self.actor_epochs} / critic {self.critic_epochs}, tokens per micro-batch: actor update "
             f"{self.actor_update_tokens}, actor old_log_prob and ref {self.actor_prep_tokens}, "
             f"critic {self.critic_tokens}"
@@ -140,12 +153,35 @@ PINNED: dict[tuple[str, str], Pinned] = {
         trainer="v0",
     ),
 }
+#: The long-tail job's answer cap. Its lengths are the published run's (a lognormal capped at 512 tokens,
+#: ``benchmarks/control_plane_model.py``) scaled so that 512 becomes 48: over the dry run's 256 training prompts
+#: the caps average 18.6 tokens (median 17, 90th percentile 30, 4 at 48). The scale keeps a step's tokens near
+#: the 1to1 job's (16 tokens an answer), which is what the CPU generates in seconds a step, so the 1to1 job's
+#: token budgets still give its lanes about their 1:1 work, and the longest answers are 2.6 times the mean, as in
+#: the published run.
+LONG_TAIL_RESPONSE_LENGTH = 48
+
+
+def _long_tail(of: Pinned) -> Pinned:
+    """The ``1to1`` job with long-tailed answers (its budgets, 131 tokens and more, hold prompt + 48 tokens)."""
+    workload = Workload(**{**asdict(of.workload), "response_length": LONG_TAIL_RESPONSE_LENGTH, "lengths": "long_tail"})
+    return Pinned(workload, of.recorded, of.reached)
+
+
+#: Not calibrated on its own: its source names the 1to1 job it borrows the budgets from.
+LONG_TAIL = "long-tail"
+PINNED.update({(trainer, LONG_TAIL): _long_tail(PINNED[(trainer, "1to1")]) for trainer in ("v1", "v0")})
 NAMES = sorted({name for _, name in PINNED})
 
 
 def pinned(name: str, trainer: str) -> Job:
     pin = PINNED[(trainer, name)]
     source = f"pinned: the job of benchmarks/{pin.recorded}, whose calibration reached {pin.reached}"
+    if name == LONG_TAIL:
+        source = (
+            f"pinned: the {trainer} 1to1 job's budgets (benchmarks/{pin.recorded}) with long-tailed answers, "
+            f"the published run's lengths scaled to {LONG_TAIL_RESPONSE_LENGTH} tokens"
+        )
     return Job(f"{trainer} {name}", source, Workload(**asdict(pin.workload)))
 
 
@@ -158,6 +194,8 @@ def load(path: Path) -> Job:
     settings = next((r for r in rows if isinstance(r, dict) and r.get("kind") == "settings"), None) if rows else None
     recorded = (settings or {}).get("workload")
     names = {f.name for f in fields(Workload)}
+    if isinstance(recorded, dict) and "lengths" not in recorded:  # recorded before the lengths were a setting
+        recorded = {**recorded, "lengths": "fixed"}
     if not isinstance(recorded, dict) or set(recorded) != names:
         raise ValueError(
             f"--job {path}: no job in it (a results JSON of benchmarks/whole_step.py has a settings row whose "

@@ -302,12 +302,67 @@ def test_the_v1_1to1_bound_takes_generation_alone_from_split_all_not_split_seque
 def test_each_pinned_job_is_the_one_its_recorded_run_landed_on(bench, trainer, name):
     pin = bench["whole_step_job"].PINNED[(trainer, name)]
     settings = json.loads((BENCHMARKS / pin.recorded).read_text())[0]
-    assert asdict(pin.workload) == settings["workload"]
+    assert asdict(pin.workload) == {**settings["workload"], "lengths": "fixed"}  # recorded before the setting
     chosen = settings["calibration"]["runs"][settings["calibration"]["chosen_run"] - 1]
     assert chosen["workload"] == settings["workload"]
     assert (
         pin.reached == f"{chosen['update_ratio']:.2f}:1 in the updates, {chosen['prep_ratio']:.2f}:1 in the preparation"
     )
+
+
+@pytest.mark.parametrize("trainer", ["v1", "v0"])
+def test_the_long_tail_job_is_the_1to1_budgets_with_long_tailed_answers(bench, trainer):
+    jobs = bench["whole_step_job"]
+    one, tail = (jobs.pinned(name, trainer).workload for name in ("1to1", "long-tail"))
+    assert asdict(tail) == {**asdict(one), "response_length": 48, "lengths": "long_tail"}
+    assert min(tail.critic_tokens, tail.actor_update_tokens) >= tail.min_tokens  # the longest sequence fits
+    assert tail.environment() == {"VERL_SPLIT_CPU_LENGTHS": "long_tail"} and one.environment() == {}
+    assert "long-tailed answers of at most 48 tokens" in tail.describe()
+
+
+def test_the_long_tail_job_runs_its_arms_and_the_streamed_one_with_the_setting(bench, monkeypatch):
+    ws = bench["whole_step"]
+    args, job = ws.parse_args(["--job", "long-tail", "--trainer", "v0"])
+    assert job.workload.trainer == "v0"
+    assert args.configs == ["stock", "sequential", "all", "stream"]  # this verl-split has VERL_SPLIT_STREAM_VALUES
+    assert ws.parse_args([])[0].configs == [key for key, *_ in ws.CONFIGS if key != "stream"]
+    # A verl-split without the switch refuses the variable: the arm is left out, and refused where asked for.
+    monkeypatch.delitem(ws.settings.VARIABLES, "VERL_SPLIT_STREAM_VALUES")
+    assert ws.parse_args(["--job", "long-tail"])[0].configs == ["stock", "sequential", "all"]
+    with pytest.raises(SystemExit):
+        ws.parse_args(["--job", "long-tail", "--configs", "all,stream"])
+
+
+def test_the_streamed_runs_values_are_no_floor_of_the_values(bench, monkeypatch):
+    # Its preparation holds only the values left after generation: neither its lane metric nor its wall measures
+    # the values' work; old_log_prob + ref still run whole in it.
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    floor = importlib.import_module("whole_step_floor")
+    kind = bench["whole_step"].RUN_KINDS["stream"]
+    phases = {"gen": 5.0, "reward": 0.0, "adv": 0.1, "other": 0.2, "prep": 1.0, "updates": 2.0}
+    lanes_read = {"prep_critic": (0.3, "split/prep_critic_s"), "prep_actor": (1.0, "split/prep_actor_s")}
+    measured = {
+        m.lane for m in floor.measurements(kind, "split + overlaps on + streamed values", 1, phases, lanes_read)
+    }
+    assert "prep_critic" not in measured and "prep_actor" in measured
+
+
+def test_the_long_tail_tables_print_the_answers_the_pools_and_the_values_left(bench, capsys):
+    ws = bench["whole_step"]
+    tail = {"response_length/mean": 18.6, "response_length/max": 48.0}
+    left = {"split/actor_pool_busy_share": 0.8, "split/critic_pool_busy_share": 0.5, **tail}
+    streamed = {**all_run(5.0), **left, "split/values_after_gen_s": 0.1, "split/stream_coverage": 0.9}
+    runs = {"all": {**all_run(), **left, "split/values_after_gen_s": 0.9}, "stream": streamed}
+    reps = [{"metrics": {key: [step(1, **{"timing_s/step": 60.0}), step(2, **m)] for key, m in runs.items()}}]
+    ws.print_tables(reps, ws.step_rows(reps), {})
+    out = capsys.readouterr().out
+    assert (
+        "answers, tokens (response_length/mean, /max; steps 2..N-1): split + overlaps on 18.6 [18.6-18.6], 48 [48-48]"
+        in out
+    )
+    assert "pools busy, split + overlaps on + streamed values: actor 0.80 [0.80-0.80], critic 0.50" in out
+    assert "values after generation, split + overlaps on: 0.90 [0.90-0.90] s a step\n" in out
+    assert "values after generation, split + overlaps on + streamed values: 0.10 [0.10-0.10] s a step, streamed " in out
 
 
 def test_a_results_json_is_a_job_and_its_trainer_is_its_own(bench, capsys):
@@ -328,7 +383,7 @@ def test_a_results_json_is_a_job_and_its_trainer_is_its_own(bench, capsys):
     [
         (["--update-ratio", "0.5", "--critic-epochs", "2"], "--critic-epochs, --update-ratio: calibration options"),
         (["--job", "critic-heavy", "--calibrate"], "not allowed with argument"),
-        (["--job", "nowhere.json"], "neither a pinned job (1to1, critic-heavy) nor a file"),
+        (["--job", "nowhere.json"], "neither a pinned job (1to1, critic-heavy, long-tail) nor a file"),
         (["--job", str(BENCHMARKS / "control_plane.json")], "no job in it"),
     ],
 )
@@ -377,3 +432,15 @@ def test_compare_reads_a_run_recorded_under_the_former_name(monkeypatch, tmp_pat
     assert "split + overlaps on + shared: 1.08 [1.04-1.12] against 1.08 [1.04-1.12] x stock: agree" in (
         capsys.readouterr().out
     )
+
+
+def test_compare_takes_a_run_from_before_the_lengths_setting_as_fixed_lengths(monkeypatch, tmp_path, capsys):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    compare = importlib.import_module("whole_step_compare")
+    old = {"batch": 128, "trainer": "v1"}
+    before = write_run(tmp_path / "before.json", old, {"median": 1.0, "min": 0.9, "max": 1.1})
+    fixed = write_run(tmp_path / "fixed.json", {**old, "lengths": "fixed"}, {"median": 1.0, "min": 0.9, "max": 1.1})
+    tail = write_run(tmp_path / "tail.json", {**old, "lengths": "long_tail"}, {"median": 1.0, "min": 0.9, "max": 1.1})
+    assert compare.main([str(before), str(fixed)]) == 0
+    assert compare.main([str(before), str(tail)]) == 2
+    assert "different jobs" in capsys.readouterr().out

@@ -8,7 +8,7 @@ So the samples valued early are exactly the first N per server, every run. Nothi
 step (validation, stock runs), so nothing there is ever held; with the setting at 0 both calls do nothing.
 
 The server side (``HeldRequests``) lives in each ``CPUGenerationServer``; the trainer side finds the servers by
-their Ray actor names (``server.server_name``).
+their Ray actor names (``names.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import asyncio
 import logging
 
 from verl_split.core import settings
+from verl_split.runtime.cpu.names import SERVER_NAME_PREFIX
 
 logger = logging.getLogger("verl_split.cpu_rollout")
 
@@ -58,10 +59,7 @@ class HeldRequests:
 def _servers() -> list:
     import ray
 
-    from verl_split.runtime.cpu.server import server_name
-
-    prefix = server_name(0)[:-1]
-    names = [n for n in ray.util.list_named_actors() if n.startswith(prefix)]
+    names = [n for n in ray.util.list_named_actors() if n.startswith(SERVER_NAME_PREFIX)]
     return [ray.get_actor(n) for n in sorted(names)]
 
 

@@ -28,7 +28,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
 from verl_split.core import compat
-from verl_split.runtime.cpu.server import CPUGenerationServer, server_name
+from verl_split.runtime.cpu.names import server_name
+from verl_split.runtime.cpu.server import CPUGenerationServer
 
 #: The ``actor_rollout_ref.rollout.name`` that selects this rollout.
 ROLLOUT_NAME = "cpu_hf"

@@ -27,11 +27,6 @@ logger = logging.getLogger("verl_split.cpu_rollout")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
-def server_name(replica_rank: int) -> str:
-    """The Ray actor name of a replica's server; the worker-side adapter finds it by this."""
-    return f"verl_split_cpu_rollout_server_{replica_rank}"
-
-
 def generation_device() -> torch.device:
     """Where this process generates: verl's device where this process sees one (its first), else the host.
 

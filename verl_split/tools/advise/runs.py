@@ -41,6 +41,7 @@ from verl_split.tools.advise.exports import AdviseError
 from verl_split.tools.advise.layout import CONFIG, RunLayout, run_layout
 from verl_split.tools.advise.log_job import job_config, model_shape
 from verl_split.tools.advise.logs import CSV, PeriodicWork, read_log
+from verl_split.tools.advise.streaming import stream_notes
 from verl_split.tools.advise.tail import tail_notes
 
 __all__ = ["AdviseError", "LANES", "PUSH_S", "SYNC_S", "Run", "Spread", "lane_times", "read_records", "read_run"]
@@ -242,9 +243,11 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
     previous = {int(s["step"]): s for s in steps}
     late = [joined_late(step) and not layout.colocated for step in steady]
     gen_both, mixed = [], 0
+    step_lanes = []  # each steady step's lanes, generation's included, for the streamed values' forecast
     for step in steady:
         before = previous.get(int(step["step"]) - 1, {})
         lanes = lane_times(step, number(before.get(JOIN_WAIT_S)))
+        step_lanes.append(dict(lanes))
         if any(late) and "gen" in lanes:  # a late-join run: only steps on one pool size measure generation
             pools = generation_pools(step)
             if pools == "both":
@@ -294,6 +297,9 @@ def read_run(path: str | os.PathLike[str], cluster: Cluster) -> Run:
             f"{layout.actor_gpus + layout.critic_gpus} GPUs"
         )
     notes += tail_notes(steady)
+    if not layout.colocated:
+        walls = [t["step"] for t in times]
+        notes += stream_notes(steady, step_lanes, walls, layout.actor_gpus, layout.critic_gpus)
     syncs = [
         max(v - push, 0.0) for s, push in zip(steady, on_path, strict=True) if (v := number(s.get(SYNC_S))) is not None
     ]
