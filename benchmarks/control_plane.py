@@ -463,7 +463,7 @@ def print_summary(summary: dict[str, Any], repeats: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = control_plane_parser(__doc__)
+    parser = control_plane_parser(__doc__, repeats=3)
     parser.add_argument(
         "--mean-s", type=float, default=6.0, help="a mean response's seconds on a server (the lengths' scale)"
     )

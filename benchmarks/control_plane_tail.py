@@ -205,7 +205,7 @@ def summarise(rows: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = control_plane_parser(__doc__)
+    parser = control_plane_parser(__doc__, repeats=3)
     parser.add_argument("--hybrid", type=int, default=24, help="actor-pool servers")
     parser.add_argument("--shared", type=int, default=8, help="critic-pool servers")
     parser.add_argument("--scale", type=float, default=0.05, help="the decode curve's time scale (1: an H100's)")
