@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from control_plane_args import control_plane_parser
 from control_plane_model import PUBLISHED_LENGTHS
 from control_plane_server import StandInDecodeServer
 
@@ -204,12 +205,9 @@ def summarise(rows: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, nargs="+", default=[1024, 4096, 16384])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = control_plane_parser(__doc__, repeats=3)
     parser.add_argument("--hybrid", type=int, default=24, help="actor-pool servers")
     parser.add_argument("--shared", type=int, default=8, help="critic-pool servers")
-    parser.add_argument("--max-num-seqs", type=int, default=256, help="requests a server runs at once (vLLM's)")
     parser.add_argument("--scale", type=float, default=0.05, help="the decode curve's time scale (1: an H100's)")
     parser.add_argument("--response-length", type=int, default=512, help="rollout.response_length (the cap)")
     parser.add_argument("--join-share", type=float, default=0.3, help="the join, as a share of verl's generation")
