@@ -56,17 +56,26 @@ SAMPLES_PER_PROMPT = 16
 
 @ray.remote(num_cpus=0)
 class Clients:
-    """verl's agent-loop workers: every request of the step at once, each through verl's resuming client."""
+    """verl's agent-loop workers: every request of the step at once, each through verl's resuming client.
+
+    One client per balancer, kept across steps as a training run keeps its own: a fresh one asks the balancer for
+    its fields once per request in flight before the first answer comes (two calls each, thousands at 16k)."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, Any] = {}
 
     async def run(self, balancer: Any, requests: list[tuple[str, list[int], int]], response_length: int):
         from omegaconf import OmegaConf
         from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
-        # full_determinism: the request id reaches the server, so abort_request can name it (migration.py).
-        rollout = {"full_determinism": True, "name": "vllm", "response_length": response_length}
-        client = FullyAsyncLLMServerClient(
-            config=OmegaConf.create({"actor_rollout_ref": {"rollout": rollout}}), load_balancer_handle=balancer
-        )
+        key = balancer._actor_id.hex()
+        if key not in self._clients:
+            # full_determinism: the request id reaches the server, so abort_request can name it (migration.py).
+            rollout = {"full_determinism": True, "name": "vllm", "response_length": response_length}
+            self._clients[key] = FullyAsyncLLMServerClient(
+                config=OmegaConf.create({"actor_rollout_ref": {"rollout": rollout}}), load_balancer_handle=balancer
+            )
+        client = self._clients[key]
 
         async def one(request_id: str, prompt_ids: list[int], length: int):
             params = {"length": length, "prompt_length": len(prompt_ids), "token_ids": False}
@@ -181,7 +190,7 @@ def spread(values: list[float]) -> dict[str, float] | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
 
 
-def summarise(rows: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], counts: list[int], arms: list[str]) -> dict[str, Any]:
     per: dict[int, Any] = {}
     for count in counts:
         mine = [r for r in rows if r["requests"] == count]
@@ -198,7 +207,7 @@ def summarise(rows: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
                     sum(r[k] for r in mine if r["arm"] == arm) for k in ("lost", "served_twice", "stale_weights")
                 ],
             }
-            for arm in ARMS
+            for arm in arms
         }
     return per
 
@@ -215,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--join-share", type=float, default=0.3, help="the join, as a share of verl's generation")
     parser.add_argument("--moves-per-server", type=int, default=8, help="requests moved to each joining server")
     parser.add_argument("--limit-s", type=float, default=900.0, help="the most one step may take")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="the arms to run (verl first)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
 
@@ -229,14 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         step = 0
         # Warm: each arm's first step pays its processes' first calls (verl's imports, the client's field query).
         warm_gen_s = None
-        for arm in ARMS:
+        for arm in args.arms:
             step += 1
             row = run_step(arm, 4 * (args.hybrid + args.shared), 99, step, world, args, warm_gen_s)
             warm_gen_s = row["gen_s"] if arm == "verl" else warm_gen_s
         for repeat in range(args.repeats):
             for count in args.requests:
                 verl_gen_s = None
-                for arm in ARMS:  # verl first: the join's time is a share of its generation
+                for arm in args.arms:  # verl first: the join's time is a share of its generation
                     step += 1
                     row = run_step(arm, count, repeat, step, world, args, verl_gen_s)
                     verl_gen_s = row["gen_s"] if arm == "verl" else verl_gen_s
@@ -254,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
     finally:
         ray.shutdown()
-    summary = summarise(rows, args.requests)
+    summary = summarise(rows, args.requests, args.arms)
     for count, figures in summary.items():
         cells = [
             f"{arm} {f['gen_s']['median']:.2f}s ({f['over_verl']['median']:.2f}x verl, "
