@@ -8,8 +8,9 @@ in five arms:
 
 1. ``verl``: verl's own balancer (``get_router_handle``) over the actor pool's servers alone;
 2. ``late_join``: verl-split's balancer, every server capped at ``max_num_seqs + 1`` (the runtime's
-   ``caps_for_late_join``), the rest queued in the balancer in arrival order (``VERL_SPLIT_TAIL=verl``); the critic pool opens at ``--join-share`` of the
-   ``verl`` arm's generation (the critic's update ending then: forced, not the rate model's decision);
+   ``caps_for_late_join``), the rest queued in the balancer in arrival order (``VERL_SPLIT_TAIL=verl``); the critic
+   pool opens at ``--join-share`` of the ``verl`` arm's generation (the critic's update ending then: forced, not the
+   rate model's decision);
 3. ``longest_first``: the same, the queue in longest-predicted-first order, the predictions the step's own lengths
    (as the same prompts' last epoch would give them if lengths repeated exactly: the order's upper bound);
 4. ``migrate``: ``longest_first``, and at the join the ``--moves-per-server`` longest-running requests per critic-pool
