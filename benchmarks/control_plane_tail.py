@@ -136,9 +136,12 @@ def start_world(args: argparse.Namespace) -> dict[str, Any]:
     return {"servers": servers, "hybrid": hybrid, "shared": shared, "balancers": balancers, "clients": clients}
 
 
-def requests_for(count: int, seed: int) -> list[tuple[str, list[int], int]]:
+def requests_for(count: int, seed: int, step: int) -> list[tuple[str, list[int], int]]:
+    """The step's requests: ids fresh each step, as verl's agent loops make them (a uuid per sample): an id seen in
+    an earlier step would stick to that step's server (verl's sticky sessions), past the gate's caps and queue."""
     lengths = PUBLISHED_LENGTHS.draw(count, seed=seed)
-    return [(f"r{i}", [1000 + i // SAMPLES_PER_PROMPT, i], max(1, round(t))) for i, t in enumerate(lengths)]
+    prompts = [[1000 + i // SAMPLES_PER_PROMPT, i] for i in range(count)]
+    return [(f"s{step}-r{i}", prompts[i], max(1, round(t))) for i, t in enumerate(lengths)]
 
 
 def floor_of(world: dict[str, Any]) -> tuple[Any, dict[str, int]]:
@@ -160,7 +163,7 @@ def floor_of(world: dict[str, Any]) -> tuple[Any, dict[str, int]]:
 
 def run_step(arm: str, count: int, repeat: int, step: int, world: dict[str, Any], args, verl_gen_s: float | None):
     servers, balancer = world["servers"], world["balancers"][arm]
-    requests = requests_for(count, seed=1000 * repeat + count)
+    requests = requests_for(count, seed=1000 * repeat + count, step=step)
     ray.get([s.set_version.remote(step) for s in servers.values()])
     if arm != "verl":
         ray.get(balancer.take_step.remote())
