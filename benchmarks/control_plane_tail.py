@@ -31,8 +31,9 @@ step decoded for 0.4 s (its servers at a batch of 2, the requests trickling in) 
 times its floor. At ``--scale 0.5`` verl's routing decodes for about 3.9 s at 1k, 13 s at 4k and 50 s at 16k (the
 stand-in curve with the drawn lengths, 24 servers of 256 seats): more than the sending at every size, so the decode
 is most of each step and the floor is what the arms are held to. Two repetitions (``--repeats 2``: the spread
-beside each median) keep the whole default run at about 17 minutes on a quiet 2-core machine (start and warm-up
-about 2.5 minutes; five arms of 1k + 4k + 16k about 7 minutes a repetition); three would take about 24.
+beside each median) keep the whole default run at about 17 minutes on a quiet 2-core machine, an estimate (start
+and warm-up about 2.5 minutes, measured; five arms of 1k + 4k + 16k about 7 minutes a repetition, from the decode
+times above and the sending); three would take about 24.
 
 **What the joiners take, and why migration moves little at 16k.** The caps are the runtime's: ``max_num_seqs + 1``
 on every server. At 1k and 4k every request fits under the actor pool's caps (24 x 257), so nothing waits in the
