@@ -86,3 +86,6 @@ def test_the_numbers_are_the_same_bit_for_bit(apart_and_together):
         a, b = apart.series(key), together.series(key)
         assert len(a) == STEPS and a == b, (key, a, b)
     assert any(v != 0.0 for v in apart.series("actor/kl_loss")[1:]), "the KL loss never saw the policy move"
+    for name, run in (("ref beside the critic", apart), ("ref beside the actor", together)):
+        ref, step = run.series("timing_s/ref"), run.series("timing_s/step")
+        print(f"\n{name}: actor/kl_loss {run.series('actor/kl_loss')}, timing_s/ref {ref}, timing_s/step {step}")
