@@ -263,7 +263,13 @@ RECIPE_BATCH = [
             "split_placement.placement: 'ref' is in group 'critic,ref:4-7', apart from the actor's "
             "'actor,rollout:0-3', but verl's v1 trainer",
             id="reference-apart-on-v1",
-            marks=[only_09],
+            marks=[
+                only_09,
+                pytest.mark.extended(
+                    reason="tests/placement/test_reference_placement.py refuses the layout on verl's own composed "
+                    "config (v1, its default); the batch case shows the launch stopping before Ray"
+                ),
+            ],
         ),
     ],
 )
