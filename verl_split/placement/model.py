@@ -173,6 +173,10 @@ class Requirements:
     megatron: tuple[Mesh, ...] = ()
     #: The verl family whose rules apply ("0.7", "0.8", "0.9"); None: the newest.
     family: str | None = None
+    #: A reference model runs (a KL term reads its log-probs); True where unknown (a plan without a config).
+    reference: bool = True
+    #: Why verl cannot run this job's reference in a worker group apart from the actor's; "" when it can.
+    reference_bound: str = ""
 
     def needed_roles(self) -> frozenset[str]:
         roles = set(ACTOR_SIDE)
