@@ -62,6 +62,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import ray
+from control_plane_args import control_plane_parser
 from control_plane_model import PUBLISHED_LENGTHS, PUBLISHED_MEAN_TOKENS, per_server, shared_queue
 
 from verl_split.core.errors import PlacementError
@@ -462,13 +463,10 @@ def print_summary(summary: dict[str, Any], repeats: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, nargs="+", default=[1024, 4096, 16384])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = control_plane_parser(__doc__, repeats=3)
     parser.add_argument(
         "--mean-s", type=float, default=6.0, help="a mean response's seconds on a server (the lengths' scale)"
     )
-    parser.add_argument("--max-num-seqs", type=int, default=256, help="requests a server runs at once (vLLM's)")
     parser.add_argument("--push-s", type=float, default=1.0, help="the critic pool's wake-up and push")
     parser.add_argument(
         "--critic-share", type=float, default=0.3, help="the critic's update, as a share of the modelled generation"

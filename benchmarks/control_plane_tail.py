@@ -7,9 +7,10 @@ at once through verl's ``FullyAsyncLLMServerClient`` (the client that resumes an
 in five arms:
 
 1. ``verl``: verl's own balancer (``get_router_handle``) over the actor pool's servers alone;
-2. ``late_join``: verl-split's balancer, the actor pool's servers capped at ``max_num_seqs + 1``, the rest queued
-   in the balancer in arrival order (``VERL_SPLIT_TAIL=verl``); the critic pool opens at ``--join-share`` of the
-   ``verl`` arm's generation (the critic's update ending then: forced, not the rate model's decision);
+2. ``late_join``: verl-split's balancer, every server capped at ``max_num_seqs + 1`` (the runtime's
+   ``caps_for_late_join``), the rest queued in the balancer in arrival order (``VERL_SPLIT_TAIL=verl``); the critic
+   pool opens at ``--join-share`` of the ``verl`` arm's generation (the critic's update ending then: forced, not the
+   rate model's decision);
 3. ``longest_first``: the same, the queue in longest-predicted-first order, the predictions the step's own lengths
    (as the same prompts' last epoch would give them if lengths repeated exactly: the order's upper bound);
 4. ``migrate``: ``longest_first``, and at the join the ``--moves-per-server`` longest-running requests per critic-pool
@@ -22,6 +23,26 @@ from the servers' own logs (``floor.py``: ``floor_s``, ``tail_floor_s``, ``work_
 ``tail_batch``) and its ``advice``, ``lost``/``served_twice``/``stale_weights``, ``critic_pool_share``; for the join
 arms ``open_call_s`` (the balancer's ``open`` answered, with every request in its queue or in flight) and for
 ``migrate`` ``migrate_call_s`` and ``moved``.
+
+**Sizes, chosen so that each arm measures decoding.** On a 2-core machine the harness starts a request in about
+2.5 ms (the client's acquire, generate and release calls, the balancer's two, the server's one: Ray's per-call
+cost), so 16,384 requests take about 40 s to send, 1,024 about 2.5 s. At the old ``--scale 0.05`` a 1,024-request
+step decoded for 0.4 s (its servers at a batch of 2, the requests trickling in) and each arm measured Ray, 2.6 to 4
+times its floor. At ``--scale 0.5`` verl's routing decodes for about 3.9 s at 1k, 13 s at 4k and 50 s at 16k (the
+stand-in curve with the drawn lengths, 24 servers of 256 seats): more than the sending at every size, so the decode
+is most of each step and the floor is what the arms are held to. Two repetitions (``--repeats 2``: the spread
+beside each median) keep the whole default run at about 17 minutes on a quiet 2-core machine, an estimate (start
+and warm-up about 2.5 minutes, measured; five arms of 1k + 4k + 16k about 7 minutes a repetition, from the decode
+times above and the sending); three would take about 24.
+
+**What the joiners take, and why migration moves little at 16k.** The caps are the runtime's: ``max_num_seqs + 1``
+on every server. At 1k and 4k every request fits under the actor pool's caps (24 x 257), so nothing waits in the
+balancer: the critic pool takes only the requests still to arrive when it opens, and the requests moved at the join
+decode there at a small batch. At 16k about 10k wait; at the open the joiners fill to their caps at once, so a moved
+request decodes at the same batch of 256 as where it came from: the move costs its resume and wins nothing, which the
+floor's advice says. The moves are the ``--moves-per-server`` longest-running requests (the earliest started) of the
+busiest servers, chosen when ``open`` has answered; a request that ends before its abort arrives is not moved, which
+at the old scale (a 512-token response decoded in under a second) was every chosen one.
 
     .venv/bin/python benchmarks/control_plane_tail.py --json benchmarks/control_plane_tail.json
 
@@ -41,10 +62,11 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from control_plane_args import control_plane_parser
 from control_plane_model import PUBLISHED_LENGTHS
 from control_plane_server import StandInDecodeServer
 
-from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY
+from verl_split.runtime.shared_rollout.balancer import MAX_CONCURRENCY, caps_for_late_join
 from verl_split.runtime.shared_rollout.balancer import actor_class as balancer_actor_class
 from verl_split.runtime.shared_rollout.floor import StepLedger, advice
 from verl_split.runtime.shared_rollout.migration import migrate
@@ -56,17 +78,26 @@ SAMPLES_PER_PROMPT = 16
 
 @ray.remote(num_cpus=0)
 class Clients:
-    """verl's agent-loop workers: every request of the step at once, each through verl's resuming client."""
+    """verl's agent-loop workers: every request of the step at once, each through verl's resuming client.
+
+    One client per balancer, kept across steps as a training run keeps its own: a fresh one asks the balancer for
+    its fields once per request in flight before the first answer comes (two calls each, thousands at 16k)."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, Any] = {}
 
     async def run(self, balancer: Any, requests: list[tuple[str, list[int], int]], response_length: int):
         from omegaconf import OmegaConf
         from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
-        # full_determinism: the request id reaches the server, so abort_request can name it (migration.py).
-        rollout = {"full_determinism": True, "name": "vllm", "response_length": response_length}
-        client = FullyAsyncLLMServerClient(
-            config=OmegaConf.create({"actor_rollout_ref": {"rollout": rollout}}), load_balancer_handle=balancer
-        )
+        key = balancer._actor_id.hex()
+        if key not in self._clients:
+            # full_determinism: the request id reaches the server, so abort_request can name it (migration.py).
+            rollout = {"full_determinism": True, "name": "vllm", "response_length": response_length}
+            self._clients[key] = FullyAsyncLLMServerClient(
+                config=OmegaConf.create({"actor_rollout_ref": {"rollout": rollout}}), load_balancer_handle=balancer
+            )
+        client = self._clients[key]
 
         async def one(request_id: str, prompt_ids: list[int], length: int):
             params = {"length": length, "prompt_length": len(prompt_ids), "token_ids": False}
@@ -107,9 +138,12 @@ def start_world(args: argparse.Namespace) -> dict[str, Any]:
     return {"servers": servers, "hybrid": hybrid, "shared": shared, "balancers": balancers, "clients": clients}
 
 
-def requests_for(count: int, seed: int) -> list[tuple[str, list[int], int]]:
+def requests_for(count: int, seed: int, step: int) -> list[tuple[str, list[int], int]]:
+    """The step's requests: ids fresh each step, as verl's agent loops make them (a uuid per sample): an id seen in
+    an earlier step would stick to that step's server (verl's sticky sessions), past the gate's caps and queue."""
     lengths = PUBLISHED_LENGTHS.draw(count, seed=seed)
-    return [(f"r{i}", [1000 + i // SAMPLES_PER_PROMPT, i], max(1, round(t))) for i, t in enumerate(lengths)]
+    prompts = [[1000 + i // SAMPLES_PER_PROMPT, i] for i in range(count)]
+    return [(f"s{step}-r{i}", prompts[i], max(1, round(t))) for i, t in enumerate(lengths)]
 
 
 def floor_of(world: dict[str, Any]) -> tuple[Any, dict[str, int]]:
@@ -131,12 +165,14 @@ def floor_of(world: dict[str, Any]) -> tuple[Any, dict[str, int]]:
 
 def run_step(arm: str, count: int, repeat: int, step: int, world: dict[str, Any], args, verl_gen_s: float | None):
     servers, balancer = world["servers"], world["balancers"][arm]
-    requests = requests_for(count, seed=1000 * repeat + count)
+    requests = requests_for(count, seed=1000 * repeat + count, step=step)
     ray.get([s.set_version.remote(step) for s in servers.values()])
     if arm != "verl":
         ray.get(balancer.take_step.remote())
     if arm in ("late_join", "longest_first", "migrate"):
-        caps = dict.fromkeys(world["hybrid"], args.max_num_seqs + 1)
+        # The runtime's caps (both pools at what a server runs at once, plus one): without one on the joiners, the
+        # open would hand every queued request to the critic pool's servers, to wait inside them.
+        caps = caps_for_late_join(count, world["hybrid"], world["shared"], reach=1.0, concurrency=args.max_num_seqs)
         ray.get(balancer.gate.remote(parked=world["shared"], caps=caps))
     elif arm == "shared_from_start":
         ray.get(balancer.ungate.remote())
@@ -181,7 +217,7 @@ def spread(values: list[float]) -> dict[str, float] | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
 
 
-def summarise(rows: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], counts: list[int], arms: list[str]) -> dict[str, Any]:
     per: dict[int, Any] = {}
     for count in counts:
         mine = [r for r in rows if r["requests"] == count]
@@ -198,23 +234,21 @@ def summarise(rows: list[dict[str, Any]], counts: list[int]) -> dict[str, Any]:
                     sum(r[k] for r in mine if r["arm"] == arm) for k in ("lost", "served_twice", "stale_weights")
                 ],
             }
-            for arm in ARMS
+            for arm in arms
         }
     return per
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, nargs="+", default=[1024, 4096, 16384])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = control_plane_parser(__doc__, repeats=2)
     parser.add_argument("--hybrid", type=int, default=24, help="actor-pool servers")
     parser.add_argument("--shared", type=int, default=8, help="critic-pool servers")
-    parser.add_argument("--max-num-seqs", type=int, default=256, help="requests a server runs at once (vLLM's)")
-    parser.add_argument("--scale", type=float, default=0.05, help="the decode curve's time scale (1: an H100's)")
+    parser.add_argument("--scale", type=float, default=0.5, help="the decode curve's time scale (1: an H100's)")
     parser.add_argument("--response-length", type=int, default=512, help="rollout.response_length (the cap)")
     parser.add_argument("--join-share", type=float, default=0.3, help="the join, as a share of verl's generation")
     parser.add_argument("--moves-per-server", type=int, default=8, help="requests moved to each joining server")
     parser.add_argument("--limit-s", type=float, default=900.0, help="the most one step may take")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="the arms to run (verl first)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
 
@@ -229,14 +263,14 @@ def main(argv: list[str] | None = None) -> int:
         step = 0
         # Warm: each arm's first step pays its processes' first calls (verl's imports, the client's field query).
         warm_gen_s = None
-        for arm in ARMS:
+        for arm in args.arms:
             step += 1
             row = run_step(arm, 4 * (args.hybrid + args.shared), 99, step, world, args, warm_gen_s)
             warm_gen_s = row["gen_s"] if arm == "verl" else warm_gen_s
         for repeat in range(args.repeats):
             for count in args.requests:
                 verl_gen_s = None
-                for arm in ARMS:  # verl first: the join's time is a share of its generation
+                for arm in args.arms:  # verl first: the join's time is a share of its generation
                     step += 1
                     row = run_step(arm, count, repeat, step, world, args, verl_gen_s)
                     verl_gen_s = row["gen_s"] if arm == "verl" else verl_gen_s
@@ -254,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
     finally:
         ray.shutdown()
-    summary = summarise(rows, args.requests)
+    summary = summarise(rows, args.requests, args.arms)
     for count, figures in summary.items():
         cells = [
             f"{arm} {f['gen_s']['median']:.2f}s ({f['over_verl']['median']:.2f}x verl, "

@@ -11,11 +11,11 @@ waiting in verl-split's real balancer (the Ray actor a run starts, ``balancer.ac
 * the balancer's control calls while every acquire waits: ``progress`` and ``open`` (their own concurrency group);
 * then the gate and the generations are released: every request and acquire ends.
 
-What stands in: the servers (a Ray async actor each, ``generate`` waiting on one shared gate actor), the trainer's
-manager (the replicas the watchdog reads). One driver submits the requests, the acquires and the control calls
-(in a run the agent-loop workers send the requests and the trainer the control calls), so a control call sent
-while acquires are still being submitted queues behind them in the driver's own submission queue: the control
-calls are timed once every acquire is in the balancer's queue.
+What stands in: the servers (``held_servers.py``: a Ray async actor each, ``generate`` waiting on one shared gate
+actor), the trainer's manager (the replicas the watchdog reads). One driver submits the requests, the acquires and
+the control calls (in a run the agent-loop workers send the requests and the trainer the control calls), so a
+control call sent while acquires are still being submitted queues behind them in the driver's own submission queue:
+the control calls are timed once every acquire is in the balancer's queue.
 
     .venv/bin/python benchmarks/watchdog_scale.py --json benchmarks/watchdog_scale.json     # ~2 min
 """
@@ -23,46 +23,18 @@ calls are timed once every acquire is in the balancer's queue.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import os
 import sys
 import time
-from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
 import ray
+from held_servers import by_address, start_held_servers, watched_manager
 
 from verl_split.runtime.shared_rollout import watchdog
 from verl_split.runtime.shared_rollout.balancer import actor_class
-
-
-@ray.remote(num_cpus=0)
-class Gate:
-    """Holds every generation until the benchmark releases them."""
-
-    def __init__(self) -> None:
-        self.released = asyncio.Event()
-
-    async def wait(self) -> None:
-        await self.released.wait()
-
-    async def release(self) -> None:
-        self.released.set()
-
-
-@ray.remote(num_cpus=0)
-class HeldServer:
-    """A rollout server whose generations last until the gate opens; ``abort_all_requests`` as verl's servers."""
-
-    def __init__(self, gate: Any) -> None:
-        self.gate = gate
-
-    async def generate(self, request: int) -> int:
-        await self.gate.wait.remote()
-        return request
-
-    async def abort_all_requests(self, reject_request: bool = False) -> None:
-        return None
 
 
 def timed(call) -> tuple[Any, float]:
@@ -79,35 +51,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checks", type=int, default=5, help="watchdog checks while every request is held")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
-    names = [f"s{i}" for i in range(args.servers)]
-    ray.init(num_cpus=2, include_dashboard=False)
+    # Ray's workers import the stand-in servers' module by name, as this script does.
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), *sys.path])}
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
     try:
-        gate = Gate.options(max_concurrency=args.requests + 100).remote()
-        servers = [HeldServer.options(max_concurrency=args.slots).remote(gate) for _ in names]
-        ray.get([server.__ray_ready__.remote() for server in servers])
-        balancer = actor_class().remote(servers=dict(zip(names, servers, strict=True)))
+        gate, servers = start_held_servers(args.servers, slots=args.slots, waiting=args.requests + 100)
+        names = list(by_address(servers))
+        balancer = actor_class().remote(servers=by_address(servers))
         ray.get(balancer.gate.remote(parked=names, caps={}))  # every acquire waits in the balancer's queue
         requests = [servers[i % len(servers)].generate.remote(i) for i in range(args.requests)]
         acquires = [balancer.acquire_server.remote(request_id=f"r{i}") for i in range(args.requests)]
         while ray.get(balancer.progress.remote())["queued"] < args.requests:
             time.sleep(1.0)
         progress, progress_s = timed(lambda: ray.get(balancer.progress.remote()))
-        replicas = [
-            SimpleNamespace(replica_rank=i, server_address=name, servers=[server])
-            for i, (name, server) in enumerate(zip(names, servers, strict=True))
-        ]
-        half = len(replicas) // 2
-        manager = SimpleNamespace(
-            hybrid=SimpleNamespace(replicas=replicas[:half]),
-            shared=SimpleNamespace(replicas=replicas[half:]),
-            _balancer=balancer,
-        )
+        manager = watched_manager(servers, balancer, actor_pool=len(servers) // 2)
         watch = watchdog.Watch(manager, limit_s=1800.0, probe_s=1.0)
         checks = [timed(watch.check) for _ in range(args.checks)]
         reported = [str(found) for found, _ in checks if found is not None]
         answered, _ = ray.wait([servers[0].__ray_ready__.remote()], timeout=10)
         _, open_s = timed(lambda: ray.get(balancer.open.remote(names)))
-        _, drain_s = timed(lambda: (ray.get(gate.release.remote()), ray.get(requests), ray.get(acquires)))
+        _, drain_s = timed(lambda: (ray.get(gate.open.remote()), ray.get(requests), ray.get(acquires)))
     finally:
         ray.shutdown()
     figures = {

@@ -150,10 +150,11 @@ def findings(steps: Mapping[str, Mapping[str, float]], bound_step_s: float) -> l
 
 
 def current_names(rows: list[dict]) -> list[dict]:
-    """The rows with today's configuration names (a JSON recorded before 2026-11-29 says ``split + all``)."""
+    """The rows with today's configuration names (a JSON recorded before 2026-11-29 says ``split + all``), each a
+    copy: the caller's rows stay as they were."""
     renamed = []
     for row in rows:
-        row = dict(row, config=FORMER_NAMES.get(row["config"], row["config"])) if "config" in row else row
+        row = dict(row, config=FORMER_NAMES.get(row["config"], row["config"])) if "config" in row else dict(row)
         if "lanes" in row:
             row["lanes"] = {
                 lane: dict(source, config=FORMER_NAMES.get(source["config"], source["config"]))

@@ -31,6 +31,9 @@ pytestmark = pytest.mark.unit
 PPO = Requirements()
 PPO_RM = Requirements(reward=True)
 GRPO = Requirements(critic=False, critic_reason="algorithm.adv_estimator=grpo")
+#: No KL term: no reference runs; a reference verl keeps in the actor's worker (verl_config.reference_bound).
+NO_REF = Requirements(reference=False)
+REF_BOUND = Requirements(reference_bound="verl's v1 trainer keeps the reference inside the actor's hybrid worker")
 
 
 def spec(placement: str, nnodes: int, per_node: int, req: Requirements = PPO) -> dict[str, list[int]]:
@@ -320,7 +323,9 @@ BAD = [
     ("actor:0-4;critic:4-7", C18, PPO, "GPU 4 is in two groups"),
     ("actor:all;critic:all", C18, PPO, "GPU 0 is in two groups"),
     ("actor,ref:0-3;rollout,critic:4-7", C18, PPO, "actor and rollout are one worker"),
-    ("actor,rollout:0-3;ref,critic:4-7", C18, PPO, "ref runs inside the actor's worker"),
+    ("actor,rollout:0-3;ref:4-5;critic:6-7", C18, PPO, "'ref' is in group 'ref:4-5', which holds no critic"),
+    ("actor,rollout:0-3;ref,critic:4-7", C18, NO_REF, "this run has no reference model"),
+    ("actor,rollout:0-3;ref,critic:4-7", C18, REF_BOUND, "apart from the actor's 'actor,rollout:0-3', but verl's v1"),
     ("critic:0-3", C18, PPO, "no group holds the actor"),
     ("actor,rollout,ref:0-7", C18, PPO, "needs a critic (algorithm.adv_estimator=gae) but no group holds it"),
     ("actor:0-3;critic:4-7", C18, PPO_RM, "reward model is enabled"),

@@ -296,6 +296,17 @@ def test_the_v1_1to1_bound_takes_generation_alone_from_split_all_not_split_seque
     assert (sources["gen_one"].config, round(sources["gen_one"].seconds, 2)) == ("split + overlaps on", 4.60)
 
 
+def test_current_names_renames_a_copy_and_leaves_the_callers_rows_as_they_were(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    floor = importlib.import_module("whole_step_floor")
+    lane = {"seconds": 4.6, "config": "split + all", "repetition": None, "measure": "gen"}
+    rows = [{"kind": "step", "config": "split + all"}, {"kind": "bound", "lanes": {"gen_one": lane}}]
+    before = json.loads(json.dumps(rows))
+    renamed = floor.current_names(rows)
+    assert rows == before  # the bound row (no ``config`` of its own) too: its lanes are rewritten in a copy
+    assert renamed[0]["config"] == renamed[1]["lanes"]["gen_one"]["config"] == "split + overlaps on"
+
+
 @pytest.mark.parametrize(
     ("trainer", "name"), [("v1", "1to1"), ("v1", "critic-heavy"), ("v0", "1to1"), ("v0", "critic-heavy")]
 )

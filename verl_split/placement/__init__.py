@@ -21,8 +21,11 @@ with the actor's. The seed recipe's ``nnodes // 2 == 0`` test left one node idle
 
 Roles are ``actor``, ``rollout``, ``ref``, ``critic`` and ``reward``. verl 0.9's hybrid engine runs
 actor, rollout and ref in one worker (``verl/workers/engine_workers.py`` ``ActorRolloutRefWorker``),
-so ``rollout`` and ``ref`` follow the actor's group and may be left out; placing them elsewhere is
-an error. Roles sharing one group are collocated (one pool); a GPU in two groups is an error.
+so ``rollout`` and ``ref`` follow the actor's group and may be left out; placing ``rollout`` elsewhere
+is an error. ``ref`` may go to the critic's group (``actor,rollout:0-5;critic,ref:6-7``): the reference
+then runs in a worker group of its own on the critic's pool, where verl can build one (``RayPPOTrainer``
+without LoRA: ``verl_config.reference_bound`` names the cases it cannot, refused here). Roles sharing
+one group are collocated (one pool); a GPU in two groups is an error.
 
 What verl can build: its ``resource_pool_spec`` is a GPU *count* per node
 (``verl/single_controller/ray/base.py`` ``RayResourcePool``: one STRICT_PACK placement group per

@@ -55,16 +55,14 @@ def lay_groups(
     if "actor" not in group_of_role:
         raise PlacementError(f"{src}: no group holds the actor. Add it, e.g. 'actor,rollout,ref:0-3;critic:4-7'.")
     actor_group = group_of_role["actor"]
-    for role, what in (
-        ("rollout", "actor and rollout are one worker in verl's hybrid engine (ActorRolloutRefWorker)"),
-        ("ref", "ref runs inside the actor's worker in verl 0.9 (Role.ActorRolloutRef)"),
-    ):
-        if role in group_of_role and group_of_role[role] != actor_group:
-            raise PlacementError(
-                f"{src}: {role!r} is in group {group_of_role[role]!r} but the actor is in {actor_group!r}; {what}, "
-                f"so they cannot be placed apart. Move {role!r} into the actor's group, or leave it out "
-                "(it follows the actor)."
-            )
+    if "rollout" in group_of_role and group_of_role["rollout"] != actor_group:
+        raise PlacementError(
+            f"{src}: 'rollout' is in group {group_of_role['rollout']!r} but the actor is in {actor_group!r}; actor "
+            "and rollout are one worker in verl's hybrid engine (ActorRolloutRefWorker), so they cannot be placed "
+            "apart. Move 'rollout' into the actor's group, or leave it out (it follows the actor)."
+        )
+    if "ref" in group_of_role and group_of_role["ref"] != actor_group:
+        _check_reference_apart(src, group_of_role, req)
     if req.reward_own_pool and "reward" in group_of_role:
         raise PlacementError(
             f"{src}: the reward model has its own reward_pool (reward.reward_model.enable_resource_pool=true), "
@@ -86,8 +84,10 @@ def lay_groups(
     for group, gpus in laid:
         used = tuple(r for r in ROLES if r in group.roles and r in needed)
         if "actor" in group.roles:
-            # rollout and ref follow the actor even when not written out.
-            used = tuple(r for r in ROLES if r in needed and (r in group.roles or r in ACTOR_SIDE))
+            # rollout and ref follow the actor even when not written out (ref unless another group holds it).
+            used = tuple(
+                r for r in ROLES if r in needed and (r in group.roles or (r in ACTOR_SIDE and r not in group_of_role))
+            )
         if not used:
             unused = ", ".join(group.roles)
             raise PlacementError(
@@ -103,3 +103,28 @@ def lay_groups(
             )
         result.append((used, gpus, group.text))
     return result
+
+
+def _check_reference_apart(src: str, group_of_role: dict[str, str], req: Requirements) -> None:
+    """The reference in a group apart from the actor's: only beside the critic, and only where verl runs it in a
+    worker group of its own (``Role.RefPolicy``; ``Requirements.reference_bound`` says where it does not)."""
+    ref_group, actor_group = group_of_role["ref"], group_of_role["actor"]
+    keep = "Move 'ref' into the actor's group, or leave it out (it follows the actor)."
+    if not req.reference:
+        raise PlacementError(
+            f"{src}: group {ref_group!r} places the reference apart from the actor, but this run has no reference "
+            "model: no KL term reads its log-probs (actor_rollout_ref.actor.use_kl_loss and "
+            "algorithm.use_kl_in_reward are false). Drop 'ref' from that group."
+        )
+    if req.reference_bound:
+        raise PlacementError(
+            f"{src}: 'ref' is in group {ref_group!r}, apart from the actor's {actor_group!r}, but "
+            f"{req.reference_bound}. {keep}"
+        )
+    if group_of_role.get("critic") != ref_group or not req.critic:
+        raise PlacementError(
+            f"{src}: 'ref' is in group {ref_group!r}, which holds no critic this run trains. The reference runs "
+            "either in the actor's worker or in a worker group of its own on the critic's pool: put it in the "
+            "critic's group (e.g. 'actor,rollout:0-5;critic,ref:6-7'), or in the actor's (or leave it out: it "
+            "follows the actor)."
+        )

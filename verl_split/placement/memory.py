@@ -8,6 +8,8 @@ are pushed to it, at once:
   (its memory profiling at start-up); verl's colocated replicas keep it while they sleep at level 1
   (weights in pinned host memory, ``vLLMHttpServer.sleep`` in ``vllm_async_server.py``) and take it back on
   wake-up, before the push.
+* the reference's parameters when the placement puts it beside the critic (``critic,ref:6-7``), counted
+  there and not on the actor's pool;
 * the critic's training state, resident unless offloaded (``placement.train_state``): with FSDP its
   parameters (``critic.fsdp.model_dtype``, fp32 by default) and Adam's moments sharded over its FSDP group;
   with Megatron the bf16 parameters and the fp32 grad buffer of its TP x PP shard, and the distributed
@@ -128,12 +130,23 @@ def _vllm_share(job: Job) -> float:
     return 0.5 if share is None else share
 
 
-def estimate(config: Job | Any, critic_gpus: int, gpu_gb: float | None, critic_params: float | None) -> MemoryEstimate:
-    """One critic-pool GPU: vLLM's share, the critic's state, the push's buffers, the processes' contexts.
-    ``config``: the job's view, or verl's config to read it from."""
+def estimate(
+    config: Job | Any,
+    critic_gpus: int,
+    gpu_gb: float | None,
+    critic_params: float | None,
+    reference: bool = False,
+    actor_params: float | None = None,
+) -> MemoryEstimate:
+    """One critic-pool GPU: vLLM's share, the critic's state (and the reference's, ``reference``: placed on the
+    critic's pool), the push's buffers, the processes' contexts. ``config``: the job's view, or verl's config to
+    read it from; ``actor_params``: the reference's parameters (the actor's model), None: from its config.json."""
     job = as_job(config)
+    states = [role_state(job, "critic", critic_gpus, critic_params)]
+    if reference:
+        states.append(role_state(job, "ref", critic_gpus, actor_params))
     return MemoryEstimate(
-        states=(role_state(job, "critic", critic_gpus, critic_params),),
+        states=tuple(states),
         vllm_fraction=_vllm_share(job),
         bucket_mb=job.rollout.bucket_mb,
         gpu_gb=gpu_gb,
@@ -141,12 +154,18 @@ def estimate(config: Job | Any, critic_gpus: int, gpu_gb: float | None, critic_p
 
 
 def actor_estimate(
-    job: Job, actor_gpus: int, gpu_gb: float | None, actor_params: float | None, vllm_awake: bool = False
+    job: Job,
+    actor_gpus: int,
+    gpu_gb: float | None,
+    actor_params: float | None,
+    vllm_awake: bool = False,
+    reference: bool = True,
 ) -> MemoryEstimate:
-    """One actor-pool GPU during the push: the actor's state (and the reference's), the push's buffers, and
-    the hybrid vLLM's share when the push comes while it generates (``vllm_awake``: the late join)."""
+    """One actor-pool GPU during the push: the actor's state (and the reference's, unless ``reference`` is False:
+    placed on the critic's pool), the push's buffers, and the hybrid vLLM's share when the push comes while it
+    generates (``vllm_awake``: the late join)."""
     states = [role_state(job, "actor", actor_gpus, actor_params, exporting=True)]
-    if job.uses_reference:
+    if job.uses_reference and reference:
         states.append(role_state(job, "ref", actor_gpus, actor_params))
     return MemoryEstimate(
         states=tuple(states),
@@ -226,9 +245,11 @@ def with_memory_estimate(
         return plan
     job = as_job(config)
     where = f"{plan.source}={plan.placement!r}"
-    found = estimate(job, critic.size, gpu_gb, critic_params)
+    # The reference counts on the pool that holds it (``critic,ref:6-7`` puts it beside the critic).
+    ref_on_critic = job.uses_reference and plan.pool_of("ref") is critic and critic is not actor
+    found = estimate(job, critic.size, gpu_gb, critic_params, reference=ref_on_critic, actor_params=actor_params)
     check(found, where)
     awake = late_join_pushes_beside_vllm() if late_join is None else late_join
-    pushed = actor_estimate(job, actor.size, gpu_gb, actor_params, vllm_awake=awake)
+    pushed = actor_estimate(job, actor.size, gpu_gb, actor_params, vllm_awake=awake, reference=not ref_on_critic)
     check(pushed, where)
     return dataclasses.replace(plan, notes=(*plan.notes, found.describe(), pushed.describe()))

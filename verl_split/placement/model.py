@@ -101,6 +101,9 @@ BATCH_KEYS: tuple[str, ...] = (
     CRITIC_MICRO_GLOBAL,
     CRITIC_FORWARD_GLOBAL,
 )
+#: The batch keys whose change leaves the optimisation as it is: how many samples a GPU computes at once (every
+#: key but the train batch, the samples per prompt and the mini-batches, which change the job itself).
+MICRO_BATCH_KEYS = frozenset(BATCH_KEYS) - {TRAIN_BATCH, ROLLOUT_N, ACTOR_MINI, CRITIC_MINI}
 #: The trainer paths whose batch rules differ: verl 0.9's v1 trainer and the ``RayPPOTrainer`` on the
 #: engine workers ("v0"), and verl 0.7's legacy ``fsdp_workers`` ("legacy").
 BATCH_RULES: tuple[str, ...] = ("v1", "v0", "legacy")
@@ -170,6 +173,10 @@ class Requirements:
     megatron: tuple[Mesh, ...] = ()
     #: The verl family whose rules apply ("0.7", "0.8", "0.9"); None: the newest.
     family: str | None = None
+    #: A reference model runs (a KL term reads its log-probs); True where unknown (a plan without a config).
+    reference: bool = True
+    #: Why verl cannot run this job's reference in a worker group apart from the actor's; "" when it can.
+    reference_bound: str = ""
 
     def needed_roles(self) -> frozenset[str]:
         roles = set(ACTOR_SIDE)

@@ -73,6 +73,12 @@ def plan_placement(
         groups = [(("actor", "rollout", "ref"), actor_gpus, "actor side"), (split_roles, critic_gpus, "critic side")]
 
     pools = _name_pools(groups, cluster)
+    ref_pool = next((pool.name for pool in pools if "ref" in pool.roles and "actor" not in pool.roles), None)
+    if ref_pool is not None:
+        notes.append(
+            f"the reference runs in a worker group of its own on {ref_pool}, beside the critic (RayPPOTrainer's "
+            "Role.RefPolicy; verl's v1 trainer keeps it in the actor's worker and is refused this layout)."
+        )
     plan = Plan(
         cluster=cluster,
         pools=pools,

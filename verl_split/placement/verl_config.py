@@ -65,7 +65,34 @@ def requirements_from_config(config: Job | Any, family: str | None = None) -> Re
         batch=batch,
         megatron=job.meshes(job.running_roles),
         family=batch.family if batch is not None else job.asked_family,
+        reference=job.uses_reference,
+        reference_bound=reference_bound(job),
     )
+
+
+def reference_bound(job: Job) -> str:
+    """Why verl cannot run this job's reference in a worker group apart from the actor's ("" when it can).
+
+    ``RayPPOTrainer`` (0.7 to 0.9) builds a ``Role.RefPolicy`` worker group on that role's own pool whenever its
+    role mapping has one (``init_workers`` in ``verl/trainer/ppo/ray_trainer.py``); the runtime gives it one
+    (``runtime/placement/pools.separate_reference``). verl's v1 trainer builds one only without the hybrid engine
+    (``actor_role == Role.Actor`` in ``PPOTrainer._setup``, ``verl/trainer/ppo/v1/trainer_base.py``), and with
+    LoRA the reference is the actor's own model with the adapter off (``ref_in_actor`` in both trainers).
+    """
+    model = job.actor.model
+    if model.lora_rank > 0:
+        return (
+            f"this run trains LoRA (rank {model.lora_rank}), and then verl computes the reference's log-probs with "
+            "the actor's own worker, its adapter switched off (ref_in_actor): there is no reference model to move"
+        )
+    if job.rules == "v1":
+        return (
+            "verl's v1 trainer (trainer.use_v1=true, the default on 0.9) keeps the reference inside the actor's "
+            "hybrid worker (ActorRolloutRefWorker): it builds a reference worker group of its own only without the "
+            "hybrid engine (PPOTrainer._setup in verl/trainer/ppo/v1/trainer_base.py). RayPPOTrainer runs it apart: "
+            "set trainer.use_v1=false for this layout"
+        )
+    return ""
 
 
 def placement_from_config(config: Job | Any, env_value: str | None = None) -> Placement:

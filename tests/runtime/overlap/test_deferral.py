@@ -152,6 +152,9 @@ class FakeAdapter(trainers.V1Prep):
     def pools(self, trainer):
         return "actor_pool", "critic_pool"
 
+    def ref_pool(self, trainer):
+        return None  # the reference inside the actor's worker (a separate one: test_prep.py)
+
     def critic_metrics(self, result, private, args, kwargs):
         return dict(private or {})  # the fake has no MetricsAggregator weights to apply
 

@@ -103,14 +103,19 @@ class FakeTrainer:
 
 
 class FakePrep(trainers.V0Prep):
-    """The real ``RayPPOTrainer`` adapter, with the pools given instead of read from verl."""
+    """The real ``RayPPOTrainer`` adapter, with the pools given instead of read from verl: (actor, critic) and,
+    for a reference in a worker group of its own, its pool third."""
 
     def __init__(self, trainer_class, pools=("actor_pool", "critic_pool")):
         super().__init__(trainer_class)
-        self._pools = pools
+        self._pools = pools[:2]
+        self._ref_pool = pools[2] if len(pools) > 2 else None
 
     def pools(self, trainer):
         return self._pools
+
+    def ref_pool(self, trainer):
+        return self._ref_pool
 
     def reward_pool(self, trainer):
         return self._pools[1]
@@ -171,6 +176,12 @@ def test_values_see_a_snapshot_of_the_batch_at_launch(patched):
         ("updates", ("actor_pool", "critic_pool"), "VERL_SPLIT_OVERLAP does not include prep"),
         ("off", ("actor_pool", "critic_pool"), "VERL_SPLIT_OVERLAP does not include prep"),
         ("on", ("global_pool", "global_pool"), "actor and critic share resource pool 'global_pool'"),
+        # actor,rollout:0-5;critic,ref:6-7: ref and values would reach the critic's processes from two threads.
+        (
+            "on",
+            ("actor_pool", "critic_pool", "critic_pool"),
+            "the reference runs beside the critic on resource pool 'critic_pool'",
+        ),
     ],
 )
 def test_runs_one_phase_after_the_other_and_says_why(patched, monkeypatch, caplog, overlap_setting, pools, reason):

@@ -99,3 +99,35 @@ def test_the_setting_chooses_the_order(raw, order):
 def test_an_unknown_order_is_refused_naming_the_values():
     with pytest.raises(SettingsError, match="VERL_SPLIT_TAIL='shortest'.*longest_first.*verl"):
         settings.read({"VERL_SPLIT": "1", "VERL_SPLIT_TAIL": "shortest"})
+
+
+def test_in_arrival_order_the_open_fills_the_joiners_to_their_caps_and_a_release_wakes_the_queue_head_alone():
+    """The late join under ``VERL_SPLIT_TAIL=verl`` with the runtime's caps: the joiner takes what its cap lets it,
+    in arrival order, the rest waits; each release hands one slot, to the request queued longest."""
+    caps = balancer_module.caps_for_late_join(6, ["h"], ["c"], reach=1.0, concurrency=1)
+    assert caps == {"h": 2, "c": 2}
+
+    async def run():
+        balancer = SharedRolloutBalancer(servers={"h": "h", "c": "c"}, admission_order=VERL_ORDER)
+        balancer.gate(parked=["c"], caps=caps)
+        acquires = [asyncio.ensure_future(balancer.acquire_server(request_id=f"q{i}")) for i in range(6)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+        def served() -> list[str]:
+            return [f"q{i}" for i, a in enumerate(acquires) if a.done()]
+
+        assert served() == ["q0", "q1"] and balancer._waiting.order_of() == ["q2", "q3", "q4", "q5"]
+        await balancer.open(["c"])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert served() == ["q0", "q1", "q2", "q3"] and [acquires[i].result()[0] for i in (2, 3)] == ["c", "c"]
+        await balancer.release_server("h", request_id="q0")
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert served() == ["q0", "q1", "q2", "q3", "q4"] and acquires[4].result()[0] == "h"
+        assert balancer._waiting.order_of() == ["q5"]
+        await balancer.ungate()  # the step's end: the rest drains at once
+        await asyncio.gather(*acquires)
+
+    asyncio.run(run())

@@ -14,15 +14,6 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.ray, pytest.mark.timeout(300)]
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore"}})
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def test_the_late_join_waits_for_a_critic_rank_verl_does_not_collect_from(local_ray):
     """verl's update future completes when the collected rank returns; the late join wakes the critic pool only
     after every rank's update (``late_join.every_rank_done``), here a non-collected rank made 1 s slower.

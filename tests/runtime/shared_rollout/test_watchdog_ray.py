@@ -1,18 +1,17 @@
 """The generation watchdog and the balancer's control calls on a real local Ray (CPU).
 
-The rollout servers are stand-ins: verl's need vLLM or SGLang, and what the watchdog depends on is only the
-server's Ray actor (its slots, its state in Ray's actor table, its ``abort_all_requests``). Each is an async actor
-whose ``generate`` waits on a gate the test opens, so a server is held at its ``max_concurrency`` for exactly as
-long as the test says, not for a number of seconds. The balancer is verl-split's own, started as a run starts it
-(``balancer.actor_class``), except where a test wedges it on purpose. Nothing here bounds a wall-clock time; the
-file's timeout is a guard against a hang.
+The rollout servers are stand-ins (``benchmarks/held_servers.py``): verl's need vLLM or SGLang, and what the
+watchdog depends on is only the server's Ray actor (its slots, its state in Ray's actor table, its
+``abort_all_requests``). Each is an async actor whose ``generate`` waits on a gate the test opens, so a server is
+held at its ``max_concurrency`` for exactly as long as the test says, not for a number of seconds. The balancer is
+verl-split's own, started as a run starts it (``balancer.actor_class``), except where a test wedges it on purpose.
+Nothing here bounds a wall-clock time; the file's timeout is a guard against a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from types import SimpleNamespace
 
 import pytest
 
@@ -32,68 +31,17 @@ from verl_split.runtime.shared_rollout.both_pools import SharedRolloutError  # n
 SLOTS = 4
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore"}})
-    try:
-        yield
-    finally:
-        ray.shutdown()
+def start_servers(held_servers, count: int) -> tuple:
+    return held_servers.start_held_servers(count, slots=SLOTS, waiting=1000)
 
 
-@ray.remote(num_cpus=0)
-class Gate:
-    """What the servers' requests wait on, opened by the test."""
-
-    def __init__(self) -> None:
-        self._open = asyncio.Event()
-
-    async def wait(self) -> None:
-        await self._open.wait()
-
-    async def open(self) -> None:
-        self._open.set()
+def manager_of(held_servers, servers: list, balancer):
+    """Replica 0 on the actor pool, the rest on the critic pool."""
+    return held_servers.watched_manager(servers, balancer, actor_pool=1)
 
 
-@ray.remote(num_cpus=0)
-class Server:
-    """A rollout server's actor as the watchdog sees it: requests in its default group, an abort it can be asked."""
-
-    def __init__(self, gate) -> None:
-        self.gate = gate
-        self.aborts: list[bool] = []
-
-    async def generate(self, request: int) -> int:
-        await self.gate.wait.remote()
-        return request
-
-    async def abort_all_requests(self, reject_request: bool = False) -> None:
-        self.aborts.append(reject_request)
-
-    async def aborted(self) -> list[bool]:
-        return self.aborts
-
-
-def start_servers(count: int) -> tuple:
-    gate = Gate.options(max_concurrency=1000).remote()
-    servers = [Server.options(max_concurrency=SLOTS).remote(gate) for _ in range(count)]
-    ray.get([s.__ray_ready__.remote() for s in servers])
-    return gate, servers
-
-
-def manager_of(servers: list, balancer) -> SimpleNamespace:
-    """The checkpoint manager as the watch reads it: replica 0 on the actor pool, the rest on the critic pool."""
-    replicas = [
-        SimpleNamespace(replica_rank=rank, server_address=f"s{rank}", servers=[server])
-        for rank, server in enumerate(servers)
-    ]
-    return SimpleNamespace(
-        hybrid=SimpleNamespace(replicas=replicas[:1]), shared=SimpleNamespace(replicas=replicas[1:]), _balancer=balancer
-    )
-
-
-def start_balancer(servers: list, **options):
-    return actor_class().options(**options).remote(servers={f"s{rank}": server for rank, server in enumerate(servers)})
+def start_balancer(held_servers, servers: list, **options):
+    return actor_class().options(**options).remote(servers=held_servers.by_address(servers))
 
 
 class CountedWatch(watchdog.Watch):
@@ -113,9 +61,9 @@ class CountedWatch(watchdog.Watch):
         return found
 
 
-def test_a_server_held_at_its_max_concurrency_is_not_reported_and_the_generation_goes_on(local_ray):
-    gate, (busy,) = start_servers(1)
-    balancer = start_balancer([busy])
+def test_a_server_held_at_its_max_concurrency_is_not_reported_and_the_generation_goes_on(held_servers):
+    gate, (busy,) = start_servers(held_servers, 1)
+    balancer = start_balancer(held_servers, [busy])
     requests = [busy.generate.remote(i) for i in range(2 * SLOTS)]  # every slot taken, as many queued behind
     # What the watch used to send: Ray's no-op queues behind the held requests and gets no answer (a deadline
     # that cannot pass: the requests wait on the closed gate), so it read this healthy server as died.
@@ -123,7 +71,7 @@ def test_a_server_held_at_its_max_concurrency_is_not_reported_and_the_generation
     assert answered == []
     assert liveness.actor_state(busy) == "ALIVE"  # what it reads now
 
-    watch = CountedWatch(manager_of([busy], balancer), limit_s=3600.0, probe_s=0.05, wanted=5)
+    watch = CountedWatch(manager_of(held_servers, [busy], balancer), limit_s=3600.0, probe_s=0.05, wanted=5)
 
     def generation() -> list[int]:
         watch.enough.wait()  # the watch has looked five times at the server held at its slots
@@ -136,13 +84,15 @@ def test_a_server_held_at_its_max_concurrency_is_not_reported_and_the_generation
     ray.kill(balancer)
 
 
-def test_a_server_killed_for_real_is_reported_named_parked_and_the_others_abort(local_ray):
-    gate, (alive, killed) = start_servers(2)
-    balancer = start_balancer([alive, killed])
+def test_a_server_killed_for_real_is_reported_named_parked_and_the_others_abort(held_servers):
+    gate, (alive, killed) = start_servers(held_servers, 2)
+    balancer = start_balancer(held_servers, [alive, killed])
     held = [alive.generate.remote(i) for i in range(SLOTS)]
     ray.kill(killed)
     never = threading.Event()
-    watch = watchdog.Watch(manager_of([alive, killed], balancer), limit_s=3600.0, probe_s=0.05, abort_timeout_s=0.5)
+    watch = watchdog.Watch(
+        manager_of(held_servers, [alive, killed], balancer), limit_s=3600.0, probe_s=0.05, abort_timeout_s=0.5
+    )
     with pytest.raises(SharedRolloutError) as error:
         watch.run(never.wait)
     message = str(error.value)
@@ -175,12 +125,14 @@ class WedgedBalancer:
         await self._never.wait()
 
 
-def test_a_wedged_balancer_stops_the_run_naming_it_and_so_does_a_dead_one(local_ray):
-    gate, (server,) = start_servers(1)
+def test_a_wedged_balancer_stops_the_run_naming_it_and_so_does_a_dead_one(held_servers):
+    gate, (server,) = start_servers(held_servers, 1)
     wedged = WedgedBalancer.options(max_concurrency=10).remote()
     ray.get(wedged.__ray_ready__.remote())
     never = threading.Event()
-    watch = watchdog.Watch(manager_of([server], wedged), limit_s=3600.0, probe_s=0.05, balancer_timeout_s=0.5)
+    watch = watchdog.Watch(
+        manager_of(held_servers, [server], wedged), limit_s=3600.0, probe_s=0.05, balancer_timeout_s=0.5
+    )
     with pytest.raises(SharedRolloutError, match=r"the load balancer did not answer .* within 0\.5 s: it is wedged"):
         watch.run(never.wait)
     assert ray.get(server.aborted.remote()) == [True]  # the run stops: the servers' requests are aborted
@@ -190,12 +142,12 @@ def test_a_wedged_balancer_stops_the_run_naming_it_and_so_does_a_dead_one(local_
     never.set()
 
 
-def test_the_balancers_control_calls_answer_while_every_request_slot_is_taken(local_ray):
+def test_the_balancers_control_calls_answer_while_every_request_slot_is_taken(held_servers):
     """Every request slot of the balancer taken by acquires that wait (all servers parked), as many again queued in
     Ray behind them: the late join's decision (``progress``) and opening (``open``) still answer, from the control
     group, and the opening hands the waiting acquires their server across the two threads."""
-    _, servers = start_servers(2)
-    balancer = start_balancer(servers, max_concurrency=SLOTS)
+    _, servers = start_servers(held_servers, 2)
+    balancer = start_balancer(held_servers, servers, max_concurrency=SLOTS)
     ray.get(balancer.gate.remote(parked=["s0", "s1"], caps={}))
     acquires = [balancer.acquire_server.remote(request_id=f"r{i}") for i in range(2 * SLOTS)]
     # The default group is full: an ordinary call waits behind the acquires (here, until the opening below).

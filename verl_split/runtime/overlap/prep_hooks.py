@@ -33,6 +33,14 @@ def _why_sequential(trainer: Any, adapter: Any, actor_pool: str | None, critic_p
             return f"{owner.__name__} overrides {method}()"
     if actor_pool is None or actor_pool == critic_pool:
         return f"actor and critic share resource pool {critic_pool!r}"
+    ref_pool = adapter.ref_pool(trainer)
+    if ref_pool is not None and ref_pool != actor_pool:
+        # Values on a controller thread and ref on the trainer's would reach the same worker processes (one
+        # WorkerDict per GPU) from two threads: their ranks could take the two calls in different orders.
+        return (
+            f"the reference runs beside the critic on resource pool {ref_pool!r}, whose workers take one call at "
+            "a time, so values and ref cannot run beside old_log_prob in a fixed order on every rank"
+        )
     return adapter.why_not(trainer)
 
 
@@ -96,6 +104,11 @@ def make_actor_compute_wrapper(adapter: Any) -> Callable[..., Any]:
             _log_once("this run has no critic (e.g. GRPO)")
             return wrapped(*args, **kwargs)
         deferral.raise_if_failed()  # a deferred critic update that failed during generation
+        if wrapped.__name__ == "_compute_ref_log_prob" and adapter.ref_pool(trainer) not in (
+            None,
+            adapter.pools(trainer)[0],
+        ):
+            deferral.join("the reference on the critic's pool")  # its workers are the deferred update's
         batch = batch_arg(args, kwargs)
         step: PrepStep | None = vars(trainer).get(STEP_ATTR)
         if step is None or not adapter.same_batch(step.batch, batch):

@@ -54,6 +54,14 @@ class TrainerAdapter:
         actor = next((mapping[r] for r in (Role.ActorRollout, Role.ActorRolloutRef, Role.Actor) if r in mapping), None)
         return actor, mapping.get(Role.Critic)
 
+    def ref_pool(self, trainer: Any) -> str | None:
+        """The resource pool of a reference worker group of its own (``Role.RefPolicy``), if the run has one."""
+        from verl.trainer.ppo.utils import Role
+
+        if not getattr(trainer, "use_reference_policy", False):
+            return None
+        return trainer.resource_pool_manager.mapping.get(Role.RefPolicy)
+
     def reward_pool(self, trainer: Any) -> str | None:
         """The resource pool of a reward model that runs in the trainer's step, if any."""
         from verl.trainer.ppo.utils import Role

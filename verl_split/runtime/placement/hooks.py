@@ -92,6 +92,8 @@ def wrap_task_runner_pool_mgr(wrapped, instance, args, kwargs):
     from verl_split.runtime.placement import nodes, pools
 
     plan = plan_from_config(get_argument(args, kwargs, 0, "config"))
+    # The TaskRunner hands its role_worker_mapping to RayPPOTrainer after this call.
+    pools.separate_reference(plan, instance.role_worker_mapping, manager.mapping)
     split = pools.split_pool_manager(plan, manager)
     nodes.announce_plan(plan)
     return split

@@ -183,6 +183,38 @@ def split_pool_manager(plan: Plan, manager: ResourcePoolManager) -> SplitResourc
     return SplitResourcePoolManager(resource_pool_spec=spec, mapping=mapping, plan=plan, **extra)
 
 
+def separate_reference(plan: Plan, role_worker_mapping: dict, mapping: dict) -> bool:
+    """Give the reference a worker group of its own when the plan puts it on another pool than the actor's.
+
+    verl's ``RayPPOTrainer`` (0.7 to 0.9) fuses the reference into the actor's worker when its role mapping has
+    ``Role.ActorRolloutRef``, and builds a ``Role.RefPolicy`` worker group on that role's pool when the mapping has
+    one (``init_workers`` in ``verl/trainer/ppo/ray_trainer.py``; ``ActorRolloutRefWorker`` takes ``role="ref"``).
+    So the fused role becomes ``Role.ActorRollout`` plus ``Role.RefPolicy``, with the same worker class, and
+    ``split_pool_manager`` then maps each to its planned pool. verl 0.7's legacy workers build ``Role.RefPolicy``
+    already. Both dicts are changed in place: the TaskRunner and the trainer hold them. The planner refused the
+    layouts verl cannot run this way (``placement.verl_config.reference_bound``). True when the reference moved.
+    """
+    from verl.trainer.ppo.utils import Role
+
+    ref_pool, actor_pool = plan.mapping.get("ref"), plan.mapping["actor"]
+    if ref_pool is None or ref_pool == actor_pool:
+        return False
+    if Role.ActorRolloutRef in role_worker_mapping:
+        worker = role_worker_mapping.pop(Role.ActorRolloutRef)
+        role_worker_mapping[Role.ActorRollout] = worker
+        role_worker_mapping[Role.RefPolicy] = worker
+        pool = mapping.pop(Role.ActorRolloutRef, STOCK_POOL)
+        mapping[Role.ActorRollout] = pool
+        mapping[Role.RefPolicy] = pool
+    elif Role.RefPolicy not in role_worker_mapping:
+        return False  # no reference runs (no KL term): nothing to place
+    nodes.announce(
+        f"The reference runs in a worker group of its own (Role.RefPolicy) on resource pool {ref_pool}, "
+        f"the actor's worker group (Role.ActorRollout) on {actor_pool}"
+    )
+    return True
+
+
 def install_plan_on_trainer(trainer: Any) -> None:
     """Plan a trainer's config and give the trainer the split, node-pinned pool manager.
 
@@ -190,5 +222,8 @@ def install_plan_on_trainer(trainer: Any) -> None:
     pool: verl 0.9's v1 ``PPOTrainer`` and the 0.7/0.8 ``RayPPOTrainer``.
     """
     plan = plan_from_config(trainer_job(trainer))  # the trainer's job, read once for every later reader here
+    role_worker_mapping = getattr(trainer, "role_worker_mapping", None)
+    if role_worker_mapping is not None:
+        separate_reference(plan, role_worker_mapping, trainer.resource_pool_manager.mapping)
     trainer.resource_pool_manager = split_pool_manager(plan, trainer.resource_pool_manager)
     nodes.announce_plan(plan)

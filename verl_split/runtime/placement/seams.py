@@ -34,6 +34,7 @@ POOL_NEEDS = (
     "verl.trainer.ppo.utils:Role.Critic",
     "verl.trainer.ppo.utils:Role.ActorRollout",
     "verl.trainer.ppo.utils:Role.ActorRolloutRef",
+    "verl.trainer.ppo.utils:Role.RefPolicy",  # pools.separate_reference
 )
 
 
@@ -81,7 +82,12 @@ SEAMS: tuple[Seam, ...] = (
         "split",
         "placement",
         compat.MAIN_PPO_V0,
-        needs=("BaseTaskRunner.init_resource_pool_mgr(config@0)", "TaskRunner", *POOL_NEEDS),
+        needs=(
+            "BaseTaskRunner.init_resource_pool_mgr(config@0)",
+            "BaseTaskRunner.role_worker_mapping",
+            "TaskRunner",
+            *POOL_NEEDS,
+        ),
         wraps=(Wrap("BaseTaskRunner.init_resource_pool_mgr", HOOKS + "wrap_task_runner_pool_mgr"),),
         apply=HOOKS + "drop_ray_copy",
     ),
@@ -107,7 +113,13 @@ SEAMS: tuple[Seam, ...] = (
         "split",
         "placement",
         compat.BEFORE_V1,
-        needs=(f"{V0_TRAINER}__init__", f"{V0_TRAINER}resource_pool_manager", f"{V0_TRAINER}config", *POOL_NEEDS),
+        needs=(
+            f"{V0_TRAINER}__init__",
+            f"{V0_TRAINER}resource_pool_manager",
+            f"{V0_TRAINER}role_worker_mapping",
+            f"{V0_TRAINER}config",
+            *POOL_NEEDS,
+        ),
         wraps=(Wrap("RayPPOTrainer.__init__", HOOKS + "install_plan_after"),),
     ),
 )

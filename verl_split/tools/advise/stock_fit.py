@@ -20,36 +20,8 @@ from typing import Any
 from verl_split.core.errors import PlacementError
 from verl_split.placement import Cluster, Requirements, plan_placement
 from verl_split.placement.batch import SEARCH_FACTOR, batch_problems, data_parallel_sizes, joint_fits, nearest_fits
-from verl_split.placement.model import (
-    ACTOR_MICRO,
-    ACTOR_MICRO_GLOBAL,
-    ACTOR_MINI,
-    CRITIC_FORWARD_GLOBAL,
-    CRITIC_MICRO,
-    CRITIC_MICRO_GLOBAL,
-    LOG_PROB_GLOBAL,
-    LOG_PROB_MICRO,
-    REF_GLOBAL,
-    REF_MICRO,
-    TRAIN_BATCH,
-    BatchConfig,
-)
+from verl_split.placement.model import ACTOR_MINI, MICRO_BATCH_KEYS, TRAIN_BATCH, BatchConfig
 from verl_split.tools.advise.candidates import STOCK
-
-#: Keys whose change leaves the optimisation as it is: how many samples a GPU computes at once.
-MICRO_KEYS = frozenset(
-    {
-        ACTOR_MICRO,
-        ACTOR_MICRO_GLOBAL,
-        LOG_PROB_MICRO,
-        LOG_PROB_GLOBAL,
-        REF_MICRO,
-        REF_GLOBAL,
-        CRITIC_MICRO,
-        CRITIC_MICRO_GLOBAL,
-        CRITIC_FORWARD_GLOBAL,
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -147,11 +119,11 @@ def micro_batches_that_fit(plan: Any, batch: BatchConfig) -> tuple[tuple[str, in
     stock fits; empty when a rule involves no micro-batch (the train or mini-batch must change)."""
     dp = data_parallel_sizes(plan, batch)
     changed: dict[str, int] = {}
-    for _ in range(len(MICRO_KEYS)):
+    for _ in range(len(MICRO_BATCH_KEYS)):
         found = batch_problems(plan, batch)
         if not found:
             return tuple(changed.items())
-        key = next((k for p in found for k in p.keys if k in MICRO_KEYS and k not in changed), None)
+        key = next((k for p in found for k in p.keys if k in MICRO_BATCH_KEYS and k not in changed), None)
         current = None if key is None else batch.get(key)
         if key is None or current is None:
             return ()
