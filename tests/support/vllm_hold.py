@@ -1,12 +1,12 @@
 """A hold inside the real vLLM engine, for the vLLM tier's scheduling test (tests/on_vllm/test_vllm_migration.py).
 
 vLLM loads it into its engine process as a custom logits processor (the server's
-``engine_kwargs.vllm.logits_processors``: ``support.vllm_hold:HoldAtTokens``); it changes no logits. When the
-folder ``$VLLM_HOLD_DIR`` holds a file ``hold`` reading ``<requests> <tokens> <release>``, the first engine whose batch has ``<requests>`` requests with
-``<tokens>`` generated tokens or more each stops in its next sampling step: it removes ``hold`` (so it holds once,
-and no other engine holds for it), writes ``held`` (the batch's token counts) and waits until the file
-``<release>`` exists. While it waits the engine generates nothing, so the test acts on requests that are surely
-running, each with its tokens so far, with no clock deciding anything.
+``engine_kwargs.vllm.logits_processors``: ``support.vllm_hold:HoldAtTokens``); it changes no logits. When the folder
+``$VLLM_HOLD_DIR`` holds a file ``hold`` reading ``<requests> <tokens> <release>``, the first engine whose batch has
+``<requests>`` requests with ``<tokens>`` generated tokens or more each stops in its next sampling step: it removes
+``hold`` (so it holds once, and no other engine holds for it), writes ``held`` (the batch's token counts) and waits
+until the file ``<release>`` exists. While it waits the engine generates nothing, so the test acts on requests that
+are surely running, each with its tokens so far, with no clock deciding anything.
 """
 
 from __future__ import annotations
