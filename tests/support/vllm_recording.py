@@ -29,8 +29,9 @@ class RecordingServer(vLLMHttpServer):
     def record(self) -> dict[str, Any]:
         return {"arrived": list(self.__dict__.get("_arrived", [])), "served": list(self.__dict__.get("_served", []))}
 
-    def tokens_so_far(self, request_ids: list[str]) -> dict[str, int]:
-        """Per request still running here (by the id it was sent with), the tokens its stream has delivered."""
+    async def tokens_so_far(self, request_ids: list[str]) -> dict[str, int]:
+        """Per request still running here (by the id it was sent with), the tokens its stream has delivered (read on
+        the server's loop, where vLLM's engine client keeps them)."""
         processor = self.engine.output_processor
         counts = {}
         for request_id in request_ids:

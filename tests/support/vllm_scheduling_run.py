@@ -211,7 +211,8 @@ def main(model: str, out: str) -> None:
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     os.environ["VLLM_HOLD_DIR"] = str(folder)
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False)
+    # Logical CPUs: verl asks for several a bundle (max_colocate_count), and each server actor for one to start.
+    ray.init(address="local", num_cpus=16, num_gpus=2, include_dashboard=False)  # never another run's cluster
     try:
         result = asyncio.run(scenario(model, folder))
     finally:

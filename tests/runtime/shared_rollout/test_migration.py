@@ -40,38 +40,42 @@ def test_servers_on_other_weights_refuse_naming_each_version():
 
 
 class _Engine:
-    """What the abort touches of vLLM's ``AsyncLLM`` (its output processor and engine-core client), by hand."""
+    """What the abort touches of vLLM's ``AsyncLLM`` (its output processor and ``abort``), by hand."""
 
-    def __init__(self, running: dict[str, list[str]]) -> None:
-        self.running = running  # the id a request was sent with -> vLLM's internal ids of it
+    def __init__(self, running: set[str]) -> None:
+        self.running = running  # the ids requests were sent with
         self.output_processor = self
-        self.engine_core = self
-        self.core_aborts: list[list[str]] = []
+        self.output_handler = None
+        self.aborted: list[str] = []
 
-    def abort_requests(self, request_ids, internal):
-        assert internal is False, "the ids a client sent: vLLM maps them to its own"
-        return [i for r in request_ids for i in self.running.pop(r, [])]
+    @property
+    def external_req_ids(self) -> set[str]:
+        return self.running
 
-    async def abort_requests_async(self, internal_ids):
-        self.core_aborts.append(internal_ids)
+    async def abort(self, request_id: str) -> None:
+        self.running.discard(request_id)
+        self.aborted.append(request_id)
 
 
-def test_verl_s_vllm_server_aborts_through_vllm_s_own_abort_by_the_id_sent():
+def test_verl_s_vllm_server_aborts_through_vllm_s_own_abort_on_the_server_s_loop():
     """verl's ``abort_request`` looks the id up among vLLM 0.27's internal ids (the id + 8 random characters) and
-    misses; the migration's call ends the stream by the id sent, then drops the request in the engine."""
+    misses; the migration's call aborts by the id sent, on the loop vLLM's engine client runs on (Ray runs it on
+    another thread of the actor's)."""
     import asyncio
     from types import SimpleNamespace
 
     from verl_split.runtime.shared_rollout.migration import _abort_in_engine
 
-    server = SimpleNamespace(engine=_Engine({"r1": ["r1-0a1b2c3d"]}), global_steps=4)
+    server = SimpleNamespace(engine=_Engine({"r1"}))
+    assert _abort_in_engine(server, "r1")["aborted"] is False, "nothing has run: no loop to abort on"
 
-    async def run():
-        moved = _abort_in_engine(server, "r1")
-        ended = _abort_in_engine(server, "r1")  # ended (or moved) already: not moved again
-        await asyncio.sleep(0)
-        return moved, ended
+    async def serve():
+        server.engine.output_handler = asyncio.current_task()
+        answers = []
+        for request_id in ["r1", "r1", "r2"]:  # r1 again: moved already; r2: never here
+            answers.append(await asyncio.to_thread(_abort_in_engine, server, request_id))
+        return answers
 
-    moved, ended = asyncio.run(run())
-    assert moved == {"aborted": True, "request_id": "r1"} and ended["aborted"] is False
-    assert server.engine.core_aborts == [["r1-0a1b2c3d"]]
+    answers = asyncio.run(serve())
+    assert [a["aborted"] for a in answers] == [True, False, False]
+    assert server.engine.aborted == ["r1"]

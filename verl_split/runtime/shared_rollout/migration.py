@@ -37,8 +37,8 @@ vLLM 0.27 (:data:`VLLM_SERVER_CALLS`):
 * verl's ``abort_request`` finds no request on vLLM 0.27: vLLM keys its requests by an internal id (the id it was
   given plus 8 random characters, ``InputProcessor.assign_request_id``) and verl looks the given id up among them,
   then calls ``OutputProcessor.abort_requests`` without the ``internal`` flag it requires. vLLM's own abort takes
-  the id the request was sent with, ends its stream with an abort (the tokens so far in it) and keeps the prefix
-  cache: a move calls its two parts (``AsyncLLM.abort``) on the server's actor.
+  the id the request was sent with (``AsyncLLM.abort``), ends its stream with an abort (the tokens so far in it)
+  and keeps the prefix cache: a move calls it on the server's actor.
 """
 
 from __future__ import annotations
@@ -123,15 +123,21 @@ def _global_steps(server: Any) -> Any:
 
 
 def _abort_in_engine(server: Any, request_id: str) -> dict[str, Any]:
-    """On verl's vLLM server's actor (its event loop): vLLM's own abort (``AsyncLLM.abort``'s two parts) of the
-    request sent as ``request_id``. Its stream ends, with the tokens so far, before this returns; the engine drops
-    the request (its prefix cache kept) on the loop right after."""
-    engine = server.engine
-    internal_ids = engine.output_processor.abort_requests([request_id], internal=False)
-    if not internal_ids:
-        return {"aborted": False, "request_id": request_id}  # ended already: nothing to move
-    asyncio.get_running_loop().create_task(engine.engine_core.abort_requests_async(internal_ids))
-    return {"aborted": True, "request_id": request_id}
+    """On verl's vLLM server's actor: vLLM's own abort of the request sent as ``request_id``. Ray runs this on a
+    thread of the actor's, not its event loop, where vLLM's engine client lives: the abort is run there, and waited
+    for. Its stream ends with the tokens so far; the engine drops the request, its prefix cache kept."""
+    handler = server.engine.output_handler  # vLLM's task reading the engine's outputs, on the server's loop
+    if handler is None:  # nothing has run here
+        return {"aborted": False, "request_id": request_id}
+    aborted = asyncio.run_coroutine_threadsafe(_abort(server.engine, request_id), handler.get_loop()).result()
+    return {"aborted": aborted, "request_id": request_id}
+
+
+async def _abort(engine: Any, request_id: str) -> bool:
+    if request_id not in engine.output_processor.external_req_ids:
+        return False  # ended already: nothing to move
+    await engine.abort(request_id)
+    return True
 
 
 #: verl's vLLM server (module docstring: why not its ``abort_request``); Ray's ``__ray_call__`` runs a function on
