@@ -189,7 +189,7 @@ async def scenario(model: str, folder: Path) -> dict[str, Any]:
     model_config = HFModelConfig(path=model)
     replicas = [
         RecordingReplica(
-            replica_rank=rank, config=rollout_config(hold=True), model_config=model_config, gpus_per_node=2
+            replica_rank=rank, config=rollout_config(), model_config=model_config, gpus_per_node=2
         )
         for rank in range(2)
     ]
