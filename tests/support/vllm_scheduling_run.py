@@ -188,9 +188,7 @@ async def scenario(model: str, folder: Path) -> dict[str, Any]:
 
     model_config = HFModelConfig(path=model)
     replicas = [
-        RecordingReplica(
-            replica_rank=rank, config=rollout_config(), model_config=model_config, gpus_per_node=2
-        )
+        RecordingReplica(replica_rank=rank, config=rollout_config(), model_config=model_config, gpus_per_node=2)
         for rank in range(2)
     ]
     await asyncio.gather(*[replica.init_standalone() for replica in replicas])
