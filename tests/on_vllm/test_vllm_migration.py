@@ -1,10 +1,11 @@
 """Generation's tail on the real vLLM (vLLM's CPU build): longest-first admission and migrate on join, end to end on
 two of verl's own vLLM servers, verl-split's balancer and verl's resuming client (``FullyAsyncLLMServerClient``).
 
-Not in a training run: verl 0.9.1's synchronous trainers use the client that does not resume, and the request id a
-move names reaches vLLM only under ``rollout.full_determinism``, which in a run also switches on vLLM's
-batch-invariant kernels (Triton, absent from vLLM's CPU build). ``tests/support/vllm_scheduling_run.py`` says how
-the pieces are put together instead, in a process of its own; this file checks what it wrote.
+Not in a training run: verl-split does not switch migrate on join on in one; verl 0.9.1's synchronous trainers use
+the client that does not resume; and the request id a move names reaches vLLM only under
+``rollout.full_determinism``, which in a run also switches on vLLM's batch-invariant kernels (Triton's, disabled in
+vLLM's CPU build). ``tests/support/vllm_scheduling_run.py`` puts the pieces together instead, in a process of its
+own (about 90 s on 2 cores, both servers' start-up included); this file checks what it wrote.
 
 Every decision is forced: the actor pool's engine is held inside vLLM (a logits processor waiting for a file,
 ``tests/support/vllm_hold.py``) while the balancer queues or the migration moves, and the admission order's

@@ -1,13 +1,14 @@
-"""Longest-first admission and migrate on join on two real vLLM servers on the CPU, without a trainer (the vLLM
-tier's tests/on_vllm/test_vllm_migration.py runs this in a process of its own and reads the JSON it writes).
+"""Longest-first admission and migrate on join on two real vLLM servers on the CPU, without a trainer (the vLLM tier's
+tests/on_vllm/test_vllm_migration.py runs this in a process of its own and reads the JSON it writes).
 
 Why no trainer: a move needs verl's resuming client (``FullyAsyncLLMServerClient``), which verl 0.9.1's synchronous
 trainers never use (they take ``LLMServerClient``, which hands an aborted request back cut), and the request id
-passed through to vLLM, which only ``rollout.full_determinism`` does; in a training run that flag also sets
-``VLLM_BATCH_INVARIANT=1`` (``main_ppo.run_ppo``, the server's ``__init__``), whose kernels need Triton, which
-vLLM's CPU build has not. So here the pieces a run would use are put together by hand: verl's own vLLM replicas
-(``vLLMReplica.init_standalone``, recording what they are asked: ``vllm_recording.py``), verl-split's balancer, and
-verl's resuming client, its config passing the request id through (the servers' config leaves
+passed through to vLLM, which verl's clients do only under ``rollout.full_determinism``; in a training run that flag
+also sets ``VLLM_BATCH_INVARIANT=1`` (``main_ppo.run_ppo``, the server's ``__init__``), whose kernels are Triton's
+(vLLM's ``batch_invariant.py``), and vLLM's CPU build disables Triton. verl-split does not switch migrate on join on
+in a training run either (``migration.py``). So here the pieces a run would use are put together by hand: verl's own
+vLLM replicas (``vLLMReplica.init_standalone``, recording what they are asked: ``vllm_recording.py``), verl-split's
+balancer, and verl's resuming client, its config passing the request id through (the servers' config leaves
 ``full_determinism`` off).
 
 Replica 0 stands for the actor pool (``actor0``), replica 1 for the critic pool (``critic0``), parked until it
