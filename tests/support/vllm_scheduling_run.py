@@ -69,7 +69,7 @@ def rollout_config():
     )
 
 
-async def until(check, what: str) -> Any:
+async def until(check) -> Any:
     """Poll ``check`` (a coroutine function) until it returns something true; the test's timeout bounds it."""
     while not (found := await check()):
         await asyncio.sleep(POLL_S)
@@ -77,7 +77,7 @@ async def until(check, what: str) -> Any:
 
 
 async def held(folder: Path) -> list[int]:
-    return json.loads((await until(lambda: _exists(folder / "held"), "the engine held")).read_text())
+    return json.loads((await until(lambda: _exists(folder / "held"))).read_text())
 
 
 async def _exists(path: Path) -> Path | None:
@@ -104,7 +104,7 @@ async def admission(client, balancer, servers, folder: Path) -> dict[str, Any]:
     async def all_queued():
         return (await balancer.progress.remote())["queued"] == len(PREDICTED) - 1
 
-    await until(all_queued, "the others queued")
+    await until(all_queued)  # the other four wait in the balancer
     (folder / "release-admission").touch()
     outputs = await asyncio.gather(*calls)
     await balancer.ungate.remote()
@@ -141,7 +141,7 @@ async def migration(client, balancer, servers, folder: Path) -> dict[str, Any]:
         counts = await servers[ACTOR].tokens_so_far.remote(ids)
         return counts if len(counts) == MIGRATING and min(counts.values()) >= HOLD_AT else None
 
-    before = await until(delivered, "each request's tokens delivered")
+    before = await until(delivered)  # each request's tokens so far reached the server
     await balancer.open.remote([CRITIC])
     refused = None
     try:
