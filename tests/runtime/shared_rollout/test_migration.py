@@ -37,3 +37,45 @@ def test_servers_on_other_weights_refuse_naming_each_version():
     check_versions({"a": 3, "b": 3, "c": 3})
     with pytest.raises(MigrationRefused, match="a: 3, b: 3, c: 2.*push must land"):
         check_versions({"a": 3, "b": 3, "c": 2})
+
+
+class _Engine:
+    """What the abort touches of vLLM's ``AsyncLLM`` (its output processor and ``abort``), by hand."""
+
+    def __init__(self, running: set[str]) -> None:
+        self.running = running  # the ids requests were sent with
+        self.output_processor = self
+        self.output_handler = None
+        self.aborted: list[str] = []
+
+    @property
+    def external_req_ids(self) -> set[str]:
+        return self.running
+
+    async def abort(self, request_id: str) -> None:
+        self.running.discard(request_id)
+        self.aborted.append(request_id)
+
+
+def test_verl_s_vllm_server_aborts_through_vllm_s_own_abort_on_the_server_s_loop():
+    """verl's ``abort_request`` looks the id up among vLLM 0.27's internal ids (the id + 8 random characters) and
+    misses; the migration's call aborts by the id sent, on the loop vLLM's engine client runs on (Ray runs it on
+    another thread of the actor's)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from verl_split.runtime.shared_rollout.migration import _abort_in_engine
+
+    server = SimpleNamespace(engine=_Engine({"r1"}))
+    assert _abort_in_engine(server, "r1")["aborted"] is False, "nothing has run: no loop to abort on"
+
+    async def serve():
+        server.engine.output_handler = asyncio.current_task()
+        answers = []
+        for request_id in ["r1", "r1", "r2"]:  # r1 again: moved already; r2: never here
+            answers.append(await asyncio.to_thread(_abort_in_engine, server, request_id))
+        return answers
+
+    answers = asyncio.run(serve())
+    assert [a["aborted"] for a in answers] == [True, False, False]
+    assert server.engine.aborted == ["r1"]

@@ -26,13 +26,26 @@ for bit on vLLM: the target samples the rest with its own random numbers. What i
 the resuming client (the sync trainer's ``LLMServerClient`` returns an aborted request as it stands: a cut
 response), and the request id passed through to vLLM (``rollout.full_determinism``; otherwise verl sends a fresh
 id per call and ``abort_request`` cannot name it). So it is not switched on in a training run; the control-plane
-benchmark and its test run it on stand-in servers.
+benchmark and its tests run it on stand-in servers, and the vLLM tier on verl's own vLLM servers
+(``tests/on_vllm/test_vllm_migration.py``).
+
+On verl's vLLM server (``vLLMHttpServer``) two calls differ from the stand-in's, for reasons of verl 0.9.1 and
+vLLM 0.27 (:data:`VLLM_SERVER_CALLS`):
+
+* the weight version is the server's ``global_steps`` (set by the checkpoint manager's ``set_global_steps`` after
+  each push, and stamped on every response as ``extra_fields["global_steps"]``), which it has no getter for;
+* verl's ``abort_request`` finds no request on vLLM 0.27: vLLM keys its requests by an internal id (the id it was
+  given plus 8 random characters, ``InputProcessor.assign_request_id``) and verl looks the given id up among them,
+  then calls ``OutputProcessor.abort_requests`` without the ``internal`` flag it requires. vLLM's own abort takes
+  the id the request was sent with (``AsyncLLM.abort``), ends its stream with an abort (the tokens so far in it)
+  and keeps the prefix cache: a move calls it on the server's actor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,21 +102,72 @@ def check_versions(versions: dict[str, Any]) -> None:
         )
 
 
-async def migrate(balancer: Any, servers: dict[str, Any], sources: list[str], targets: list[str], count: int):
+@dataclass(frozen=True)
+class ServerCalls:
+    """How a migration asks a rollout server's actor for its weight version and aborts one of its requests (each
+    returns a Ray object ref; the abort's answer is a dict with ``aborted``)."""
+
+    version: Callable[[Any], Any]
+    abort: Callable[[Any, str], Any]
+
+
+#: A server with ``weights_version`` and verl's ``abort_request`` (the control-plane benchmark's stand-in).
+STAND_IN_CALLS = ServerCalls(
+    version=lambda server: server.weights_version.remote(),
+    abort=lambda server, request_id: server.abort_request.remote(request_id, reset_prefix_cache=False),
+)
+
+
+def _global_steps(server: Any) -> Any:
+    return server.global_steps
+
+
+def _abort_in_engine(server: Any, request_id: str) -> dict[str, Any]:
+    """On verl's vLLM server's actor: vLLM's own abort of the request sent as ``request_id``. Ray runs this on a
+    thread of the actor's, not its event loop, where vLLM's engine client lives: the abort is run there, and waited
+    for. Its stream ends with the tokens so far; the engine drops the request, its prefix cache kept."""
+    handler = server.engine.output_handler  # vLLM's task reading the engine's outputs, on the server's loop
+    if handler is None:  # nothing has run here
+        return {"aborted": False, "request_id": request_id}
+    aborted = asyncio.run_coroutine_threadsafe(_abort(server.engine, request_id), handler.get_loop()).result()
+    return {"aborted": aborted, "request_id": request_id}
+
+
+async def _abort(engine: Any, request_id: str) -> bool:
+    if request_id not in engine.output_processor.external_req_ids:
+        return False  # ended already: nothing to move
+    await engine.abort(request_id)
+    return True
+
+
+#: verl's vLLM server (module docstring: why not its ``abort_request``); Ray's ``__ray_call__`` runs a function on
+#: the actor, as verl's own replica reads its workers' devices (``vLLMReplica.launch_servers``).
+VLLM_SERVER_CALLS = ServerCalls(
+    version=lambda server: server.__ray_call__.remote(_global_steps),
+    abort=lambda server, request_id: server.__ray_call__.remote(_abort_in_engine, request_id),
+)
+
+
+async def migrate(
+    balancer: Any,
+    servers: dict[str, Any],
+    sources: list[str],
+    targets: list[str],
+    count: int,
+    calls: ServerCalls = STAND_IN_CALLS,
+):
     """Move up to ``count`` requests from ``sources`` to ``targets`` (module docstring); the moves made.
 
     ``balancer``: verl-split's balancer actor (``running_requests``, ``pin``); ``servers``: name -> the rollout
-    server's actor (``weights_version``, ``abort_request``)."""
+    server's actor, asked through ``calls`` (:data:`VLLM_SERVER_CALLS` for verl's vLLM servers)."""
     named = [*sources, *targets]
-    versions = await asyncio.gather(*[servers[s].weights_version.remote() for s in named])
+    versions = await asyncio.gather(*[calls.version(servers[s]) for s in named])
     check_versions(dict(zip(named, versions, strict=True)))
     running, inflight = await balancer.running_requests.remote()
     moves = choose_moves(running, inflight, sources, targets, count)
     if not moves:
         return []
     await balancer.pin.remote({m.request_id: m.target for m in moves})
-    answers = await asyncio.gather(
-        *[servers[m.source].abort_request.remote(m.request_id, reset_prefix_cache=False) for m in moves]
-    )
+    answers = await asyncio.gather(*[calls.abort(servers[m.source], m.request_id) for m in moves])
     # A request that ended between the choice and its abort is simply not moved: its pin is never used.
     return [m for m, answer in zip(moves, answers, strict=True) if answer.get("aborted")]
