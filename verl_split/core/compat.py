@@ -39,6 +39,10 @@ PLATFORM_REGISTRY = SpecifierSet(">=0.9.0.dev0")
 #: The v1 ``PPOTrainer`` as verl's trainer: the 0.9 releases (and newer). Not the 0.9.0.dev0 of verl's ``neo``
 #: branch, which keeps its module but refuses it (``main_ppo.py``'s ``main``; RayPPOTrainer is its default).
 V1_TRAINER = SpecifierSet(">=0.9")
+#: Values streamed into generation's tail on the v1 trainer: 0.9.1 and newer. 0.9.0's ``PPOTrainer`` has no
+#: ``prepare_step`` or ``_compute_values`` (its ``_step_once`` generates and values inline), so there the seams
+#: are not declared and a split run values the batch after generation, as stock.
+STREAM_VALUES_V1 = SpecifierSet(">=0.9.1")
 #: Before 0.9: ``RayPPOTrainer`` is the only trainer, no platform registry (CPU device module instead).
 BEFORE_V1 = SpecifierSet("<0.9.0.dev0")
 #: verl's un/padding helpers without pure-torch fallbacks (flash-attention or NPU only): before the 0.9 releases,

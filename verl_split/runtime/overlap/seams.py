@@ -225,7 +225,7 @@ SEAMS: tuple[Seam, ...] = (
         V1,
         "split",
         "stream_values",
-        compat.V1_TRAINER,
+        compat.STREAM_VALUES_V1,
         needs=(
             f"{_V1}prepare_step",
             f"{_V1}step",
@@ -247,7 +247,7 @@ SEAMS: tuple[Seam, ...] = (
         "verl.trainer.ppo.v1.replay_buffer",
         "split",
         "stream_values",
-        compat.V1_TRAINER,
+        compat.STREAM_VALUES_V1,
         needs=("ReplayBuffer.sample(global_steps@0, partition_id@1, batch_size@2)",),
         wraps=(Wrap("ReplayBuffer.sample", _STREAM + "wrap_sample"),),
     ),
