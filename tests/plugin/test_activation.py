@@ -105,6 +105,7 @@ PATCHED: dict[str, set[str]] = {
         + ("_update_actor", "_update_critic")
         + ("_setup", "_validate")  # shared rollout (off unless asked for; the wrappers then call verl straight)
         + ("fit", "_save_checkpoint", "_compute_reward_colocate")  # where a deferred critic update is joined
+        + ("prepare_step",)  # streamed values' lane (0.9.1+: 0.9.0 has no prepare_step)
     },
 }
 
@@ -184,6 +185,8 @@ print(json.dumps({"fp": fp, "applied": activation.applied_patches(), "pending": 
     if compat.installed_version() == "0.7.0":  # scores a reward model inside fit: no _compute_reward_colocate
         expected = expected - {_RAY_TRAINER + "_compute_reward_colocate"}
         expected = expected - {"verl.single_controller.ray.base:RayWorkerGroup._get_master_addr_port"}  # no range
+    if not compat.verl_in(compat.STREAM_VALUES_V1):  # 0.9.0: no prepare_step, no streamed values
+        expected = expected - {_V1_TRAINER + "prepare_step"}
     assert changed == expected, "VERL_SPLIT=1 changed other functions than the seams declare"
     assert set(result["fp"]) == set(stock), "VERL_SPLIT=1 added or removed names in verl's modules"
 
