@@ -147,6 +147,7 @@ class ValuesLane:
         # temperature _step_once sets after sampling.
         self.extra_info = {"temperature": temperature, "compute_loss": False}
         self.released = False
+        self.answered: int | None = None  # samples the forced tail lets through: asked of Ray once, not every poll
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -204,7 +205,9 @@ class ValuesLane:
         count = settings.current().cpu_hold_after
         if not count or self.released:
             return
-        answered = min(count * hold.server_count(), self.expected)
+        if self.answered is None:
+            self.answered = min(count * hold.server_count(), self.expected)
+        answered = self.answered
         if finished >= answered:
             self.release()
         elif time.monotonic() - progress_at > STALL_GUARD_S:
