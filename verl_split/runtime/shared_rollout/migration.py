@@ -118,6 +118,11 @@ STAND_IN_CALLS = ServerCalls(
 )
 
 
+#: How long a move waits for vLLM's abort on the server's event loop: a wedged loop must not hold the actor's
+#: thread for ever (the watchdog's stop gives its aborts as long).
+ABORT_WAIT_S = 30.0
+
+
 def _global_steps(server: Any) -> Any:
     return server.global_steps
 
@@ -129,7 +134,8 @@ def _abort_in_engine(server: Any, request_id: str) -> dict[str, Any]:
     handler = server.engine.output_handler  # vLLM's task reading the engine's outputs, on the server's loop
     if handler is None:  # nothing has run here
         return {"aborted": False, "request_id": request_id}
-    aborted = asyncio.run_coroutine_threadsafe(_abort(server.engine, request_id), handler.get_loop()).result()
+    waiting = asyncio.run_coroutine_threadsafe(_abort(server.engine, request_id), handler.get_loop())
+    aborted = waiting.result(ABORT_WAIT_S)
     return {"aborted": aborted, "request_id": request_id}
 
 
